@@ -1,0 +1,187 @@
+"""Statistics for accuracy runs: binomial summaries and the paired comparison of two arms.
+
+Everything here is derived from counts that were measured or imported; nothing is assumed.
+
+* One run: standard error ``sqrt(p(1-p)/n)`` and the 95% Wilson score interval from
+  ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``.
+* Smallest detectable difference (a planning figure): ``(z_{0.975} + z_{0.80}) * SE_diff`` =
+  2.80 x SE_diff, with ``SE_diff = sqrt(2) * SE`` for two runs of the same size and accuracy
+  treated as independent (two-sided alpha 0.05, power 0.80). A paired test on the same questions
+  usually does better, because the arms agree on most questions.
+* Two arms on the same questions: difference Delta = p_arm - p_base with a 95% interval by
+  Newcombe's method 10 (hybrid Wilson score interval for paired proportions, no continuity
+  correction; Newcombe 1998, Statistics in Medicine 17:2635-2650; checked against the worked
+  example in Fagerland, Lydersen & Laake 2017, ch. 8), and an exact McNemar test:
+  ``binomtest(b, b + c, 0.5)`` on the discordant pairs.
+
+scipy is imported inside the functions (``quantrack --help`` must stay fast).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from quantrack.accuracy.records import QuestionRecord
+from quantrack.errors import BadInput
+
+ALPHA = 0.05
+POWER = 0.80
+
+
+@dataclass(frozen=True)
+class Proportion:
+    """k successes out of n; ``p``/``se``/interval are ``None`` when n == 0."""
+
+    k: int
+    n: int
+    p: float | None
+    se: float | None
+    ci_low: float | None
+    ci_high: float | None
+
+
+def proportion(k: int, n: int) -> Proportion:
+    if n < 0 or k < 0 or k > n:
+        raise BadInput(f"invalid counts: {k} correct out of {n}")
+    if n == 0:
+        return Proportion(k, n, None, None, None, None)
+    from scipy.stats import binomtest
+
+    p = k / n
+    ci = binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="wilson")
+    return Proportion(k, n, p, math.sqrt(p * (1 - p) / n), float(ci.low), float(ci.high))
+
+
+def detectable_multiplier(alpha: float = ALPHA, power: float = POWER) -> float:
+    """z_{1-alpha/2} + z_{power}: 1.960 + 0.842 = 2.80 at the defaults."""
+    from scipy.stats import norm
+
+    return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
+
+
+def min_detectable_difference(se: float) -> float:
+    """Smallest difference two independent runs of this size detect at 80% power, alpha 0.05:
+    2.80 x sqrt(2) x SE (see the module docstring)."""
+    return detectable_multiplier() * math.sqrt(2.0) * se
+
+
+def planning_se(p: float | None, n: int) -> float:
+    """SE used for the small-sample warning: the observed p, or the worst case 0.5 when p is 0/1/None
+    (a 0% or 100% run has SE 0 by the formula, which would promise a precision it does not have)."""
+    q = 0.5 if p is None or p in (0.0, 1.0) else p
+    return math.sqrt(q * (1 - q) / n)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Base vs arm on the questions both answered."""
+
+    n: int  # paired questions
+    base_correct: int
+    arm_correct: int
+    both_correct: int
+    base_only: int  # b: base right, arm wrong
+    arm_only: int  # c: base wrong, arm right
+    both_wrong: int
+    base_accuracy: float
+    arm_accuracy: float
+    delta: float  # arm - base
+    delta_ci_low: float
+    delta_ci_high: float
+    mcnemar_p: float
+    method: str = "Newcombe (1998) method 10 interval; exact McNemar (binomtest on b vs b+c)"
+
+    @property
+    def within_noise(self) -> bool:
+        """True unless both the interval excludes 0 and the exact McNemar test rejects at alpha."""
+        return (self.delta_ci_low <= 0.0 <= self.delta_ci_high) or self.mcnemar_p >= ALPHA
+
+    def verdict(self) -> str:
+        pts = f"{self.delta * 100:+.2f} pts"
+        ci = f"95% CI [{self.delta_ci_low * 100:+.2f}, {self.delta_ci_high * 100:+.2f}] pts"
+        test = (f"McNemar exact p = {self.mcnemar_p:.3g} on {self.base_only + self.arm_only} discordant "
+                f"of {self.n} paired questions")
+        if self.delta_ci_low <= 0.0 <= self.delta_ci_high:
+            return f"Delta {pts} is within noise: the {ci} includes 0 ({test})."
+        if self.mcnemar_p >= ALPHA:
+            return (f"Delta {pts} is within noise: the {ci} excludes 0 but the exact test does not reject "
+                    f"({test}); treat the difference as not established.")
+        side = "better" if self.delta > 0 else "worse"
+        return f"Delta {pts}: the arm is {side} than the base; the {ci} excludes 0 ({test})."
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["within_noise"] = self.within_noise
+        return d
+
+
+def paired_counts(base: Mapping[int, QuestionRecord], arm: Mapping[int, QuestionRecord]) -> tuple[int, int, int, int]:
+    """(a, b, c, d) over ids both runs answered: a both right, b base only, c arm only, d both wrong."""
+    a = b = c = d = 0
+    for qid in sorted(set(base) & set(arm)):
+        rb, ra = base[qid], arm[qid]
+        if not (rb.answered and ra.answered):
+            continue
+        if rb.correct and ra.correct:
+            a += 1
+        elif rb.correct:
+            b += 1
+        elif ra.correct:
+            c += 1
+        else:
+            d += 1
+    return a, b, c, d
+
+
+def compare_counts(a: int, b: int, c: int, d: int) -> PairedComparison:
+    """Paired comparison from the 2x2 table (rows base right/wrong, columns arm right/wrong)."""
+    n = a + b + c + d
+    if n == 0:
+        raise BadInput("no question was answered by both runs: nothing to pair")
+    from scipy.stats import binomtest
+
+    p_base = (a + b) / n
+    p_arm = (a + c) / n
+    low, high = newcombe_paired_ci(a, b, c, d)
+    mcnemar = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
+    return PairedComparison(
+        n=n, base_correct=a + b, arm_correct=a + c, both_correct=a, base_only=b, arm_only=c, both_wrong=d,
+        base_accuracy=p_base, arm_accuracy=p_arm, delta=p_arm - p_base, delta_ci_low=low, delta_ci_high=high,
+        mcnemar_p=mcnemar,
+    )
+
+
+def newcombe_paired_ci(a: int, b: int, c: int, d: int) -> tuple[float, float]:
+    """95% interval for p_arm - p_base, Newcombe's method 10.
+
+    With Wilson intervals (l1, u1) for p_arm = (a+c)/n and (l2, u2) for p_base = (a+b)/n and the
+    phi correlation of the 2x2 table as Newcombe defines it (cross-product ad - bc shrunk by n/2
+    when positive, 0 when a margin is empty):
+        L = D - sqrt((p1 - l1)^2 - 2 phi (p1 - l1)(u2 - p2) + (u2 - p2)^2)
+        U = D + sqrt((u1 - p1)^2 - 2 phi (u1 - p1)(p2 - l2) + (p2 - l2)^2)
+    """
+    n = a + b + c + d
+    arm = proportion(a + c, n)
+    base = proportion(a + b, n)
+    assert arm.p is not None and base.p is not None and arm.ci_low is not None and base.ci_low is not None
+    assert arm.ci_high is not None and base.ci_high is not None
+    p1, l1, u1 = arm.p, arm.ci_low, arm.ci_high
+    p2, l2, u2 = base.p, base.ci_low, base.ci_high
+    # table oriented as arm (rows) x base (columns): arm-right&base-right = a, arm-right&base-wrong = c,
+    # arm-wrong&base-right = b, arm-wrong&base-wrong = d
+    margins = (a + c) * (b + d) * (a + b) * (c + d)
+    cross = a * d - b * c
+    # Newcombe's phi: a positive cross-product is shrunk by n/2 (0 when within n/2), a negative one kept
+    if margins == 0 or 0 <= cross <= n / 2:
+        phi = 0.0
+    elif cross > n / 2:
+        phi = (cross - n / 2) / math.sqrt(margins)
+    else:
+        phi = cross / math.sqrt(margins)
+    delta = p1 - p2
+    lo = delta - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    hi = delta + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return max(-1.0, lo), min(1.0, hi)
