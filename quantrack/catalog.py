@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from quantrack.errors import BadInput, unknown
+from quantrack.errors import BadInput, NotFound, unknown
 from quantrack.resources import rules_dir
 
 
@@ -28,6 +28,31 @@ class GPU:
     bandwidth_gbs: float | None = None  # memory bandwidth, GB/s (decimal)
     source: str = ""
     notes: str = ""
+    nvml_total_mib: int | None = None  # what NVML reports as total, where known (engines size from it)
+
+    @property
+    def total_bytes(self) -> int:
+        """Device memory the engines budget against: NVML's total when known, else ``memory_gib``."""
+        if self.nvml_total_mib:
+            return int(self.nvml_total_mib) * 1024**2
+        return int(round(self.memory_gib * 1024**3))
+
+    @property
+    def memory_basis(self) -> str:
+        """Says which of the two figures ``total_bytes`` used (printed beside derived numbers)."""
+        if self.nvml_total_mib:
+            return f"{self.name}: NVML total {self.nvml_total_mib:,} MiB = {self.nvml_total_mib / 1024:.2f} GiB"
+        return f"{self.name}: {self.memory_gib:g} GiB (vendor capacity, binary)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "vendor": self.vendor, "arch": self.arch,
+            "compute_capability": (f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+                                   if self.compute_capability else None),
+            "gfx": self.gfx, "memory_gib": self.memory_gib, "nvml_total_mib": self.nvml_total_mib,
+            "bandwidth_gbs": self.bandwidth_gbs, "aliases": list(self.aliases), "source": self.source,
+            "notes": self.notes,
+        }
 
     @property
     def cc_int(self) -> int | None:
@@ -56,6 +81,27 @@ class ModelShape:
     source: str = ""
     unsupported: tuple[str, ...] = ()  # e.g. ("sliding_window",) -> capacity says so plainly
     extra: dict[str, Any] = field(default_factory=dict)
+    params_exact: int | None = None  # exact count from the shapes when ``params`` is a seed's rounded value
+    params_estimated: bool = False  # True when params came from shapes arithmetic, not a published count
+    v_head_dim: int | None = None  # None = same as head_dim
+
+    @property
+    def embedding_params(self) -> int:
+        """Parameters in the input embedding plus the LM head (once if tied); 0 when vocab/hidden unknown."""
+        if not self.vocab_size or not self.hidden_size:
+            return 0
+        return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "params": self.params, "params_exact": self.params_exact,
+            "params_estimated": self.params_estimated, "layers": self.layers, "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim, "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
+            "attention_heads": self.attention_heads, "intermediate_size": self.intermediate_size,
+            "tied_embeddings": self.tied_embeddings, "dtype": self.dtype, "max_context": self.max_context,
+            "aliases": list(self.aliases), "hf_id": self.hf_id, "unsupported": list(self.unsupported),
+            "source": self.source,
+        }
 
     @property
     def kv_bytes_per_token_per_byte(self) -> int:
@@ -81,7 +127,7 @@ def gpus() -> tuple[GPU, ...]:
             aliases=tuple(e.get("aliases", ())), arch=e.get("arch", ""),
             compute_capability=tuple(int(x) for x in str(cc).split(".")) if cc else None,  # type: ignore[arg-type]
             gfx=e.get("gfx"), bandwidth_gbs=e.get("bandwidth_gbs"), source=e.get("source", ""),
-            notes=e.get("notes", ""),
+            notes=e.get("notes", ""), nvml_total_mib=e.get("nvml_total_mib"),
         ))
     return tuple(out)
 
@@ -98,6 +144,7 @@ def models() -> tuple[ModelShape, ...]:
             tied_embeddings=bool(e.get("tied_embeddings", False)), dtype=e.get("dtype", "bf16"),
             max_context=e.get("max_context"), aliases=tuple(e.get("aliases", ())), hf_id=e.get("hf_id"),
             source=e.get("source", ""), unsupported=tuple(e.get("unsupported", ())),
+            params_exact=e.get("params_exact"),
         ))
     return tuple(out)
 
@@ -111,7 +158,7 @@ def get_gpu(name: str) -> GPU:
     for g in gpus():
         if key == _norm(g.name) or key in (_norm(a) for a in g.aliases):
             return g
-    raise unknown("GPU", name, [g.name for g in gpus()], "quantrack catalog gpus")
+    raise _unknown_with_aliases("GPU", name, [(g.name, g.aliases) for g in gpus()], "quantrack catalog gpus")
 
 
 def get_model(name: str) -> ModelShape:
@@ -119,4 +166,20 @@ def get_model(name: str) -> ModelShape:
     for m in models():
         if key == _norm(m.name) or key in (_norm(a) for a in m.aliases) or (m.hf_id and key == _norm(m.hf_id)):
             return m
-    raise unknown("model", name, [m.name for m in models()], "quantrack catalog models")
+    raise _unknown_with_aliases("model", name, [(m.name, m.aliases + ((m.hf_id,) if m.hf_id else ()))
+                                                for m in models()], "quantrack catalog models")
+
+
+def _unknown_with_aliases(kind: str, name: str, entries: list[tuple[str, tuple[str, ...]]],
+                          list_command: str) -> BadInput:
+    """did-you-mean over names *and* aliases; the suggestion is the canonical name."""
+    import difflib
+
+    canonical: dict[str, str] = {}
+    for entry_name, aliases in entries:
+        for spelling in (entry_name, *aliases):
+            canonical.setdefault(_norm(spelling), entry_name)
+    close = difflib.get_close_matches(_norm(name), list(canonical), n=1, cutoff=0.6)
+    if close:
+        return NotFound(f"unknown {kind} {name!r} (did you mean {canonical[close[0]]!r}?); see `{list_command}`")
+    return unknown(kind, name, [], list_command)
