@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ class GPU:
         """Device memory the engines budget against: NVML's total when known, else ``memory_gib``."""
         if self.nvml_total_mib:
             return int(self.nvml_total_mib) * 1024**2
-        return int(round(self.memory_gib * 1024**3))
+        return round(self.memory_gib * 1024**3)
 
     @property
     def memory_basis(self) -> str:
@@ -116,7 +116,7 @@ def _read(path: Path) -> dict[str, Any]:
         raise BadInput(f"cannot read catalog {path.name}: {exc}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def gpus() -> tuple[GPU, ...]:
     data = _read(rules_dir() / "gpus.toml")
     out = []
@@ -132,7 +132,7 @@ def gpus() -> tuple[GPU, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def models() -> tuple[ModelShape, ...]:
     data = _read(rules_dir() / "models.toml")
     out = []

@@ -28,7 +28,7 @@ _AMBIGUOUS = {"k", "m", "g", "t"}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_memory(text: str | float | int, *, what: str = "memory size", bare_unit: str = "GiB") -> int:
+def parse_memory(text: str | float, *, what: str = "memory size", bare_unit: str = "GiB") -> int:
     """Parse ``"24"``, ``"24GiB"``, ``"16GB"``, ``"512MiB"`` into bytes (an int > 0).
 
     A bare number is in ``bare_unit`` (GiB by default). ``"80G"`` is rejected as ambiguous.
@@ -49,10 +49,10 @@ def parse_memory(text: str | float | int, *, what: str = "memory size", bare_uni
         raise BadInput(f"bad {what} {text!r}: unknown unit {unit!r}; use GiB, MiB, GB, MB (bare number = GiB)")
     if not math.isfinite(number) or number <= 0:
         raise BadInput(f"{what} must be greater than zero, got {text!r}")
-    return int(round(number * _UNITS[unit]))
+    return round(number * _UNITS[unit])
 
 
-def unit_of(text: str | float | int, bare_unit: str = "GiB") -> str:
+def unit_of(text: str | float, bare_unit: str = "GiB") -> str:
     """The unit a memory string was written in (``"GiB"``, ``"GB"`` ...), for labelling output."""
     if isinstance(text, (int, float)):
         return bare_unit
@@ -87,5 +87,16 @@ def fmt_int(n: float) -> str:
     return f"{int(n):,}"
 
 
-__all__ = ["parse_memory", "unit_of", "is_decimal", "to_gib", "to_gb", "fmt_bytes", "fmt_int",
-           "KiB", "MiB", "GiB", "TiB"]
+__all__ = [
+    "GiB",
+    "KiB",
+    "MiB",
+    "TiB",
+    "fmt_bytes",
+    "fmt_int",
+    "is_decimal",
+    "parse_memory",
+    "to_gb",
+    "to_gib",
+    "unit_of",
+]
