@@ -73,7 +73,7 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
             raise BadInput(f"{where} must be a table")
         extra = set(e) - _KEYS
         if extra:
-            k = sorted(extra)[0]
+            k = min(extra)
             raise BadInput(f"{where}: unknown key {k!r}{did_you_mean(k, _KEYS)}")
         missing = [k for k in _REQUIRED if k not in e or e[k] in ("", None)]
         if missing:
@@ -172,5 +172,14 @@ def price_summary(gpu: str, prices: PriceTable) -> dict[str, Any]:
             "provider": p.provider, "instance": p.instance, "note": p.note}
 
 
-__all__ = ["Price", "PriceTable", "load_prices", "price_for", "cost_per_million_tokens", "cost_column",
-           "cost_cell", "price_summary", "NOT_PRICED"]
+__all__ = [
+    "NOT_PRICED",
+    "Price",
+    "PriceTable",
+    "cost_cell",
+    "cost_column",
+    "cost_per_million_tokens",
+    "load_prices",
+    "price_for",
+    "price_summary",
+]

@@ -9,7 +9,12 @@ import pytest
 
 from quantrack.errors import BadInput, NotFound
 from quantrack.pricing import (
-    NOT_PRICED, cost_cell, cost_column, cost_per_million_tokens, load_prices, price_for,
+    NOT_PRICED,
+    cost_cell,
+    cost_column,
+    cost_per_million_tokens,
+    load_prices,
+    price_for,
 )
 
 TABLE = """
@@ -91,8 +96,8 @@ def test_cost_cell_and_column(prices) -> None:
         ('[[price]]\ngpu = "X"\nusd_per_hour = 1\ndate = "d"\nsource = "s"\ncost = 2\n', "unknown key 'cost'"),
         ("name = 'x'\n", "needs at least one [[price]] table"),
         ("[[price]\n", "is not valid TOML"),
-        ('[[price]]\ngpu = "X"\nusd_per_hour = 1\ndate = "d"\nsource = "s"\n'
-         '[[price]]\ngpu = "x"\nusd_per_hour = 2\ndate = "d"\nsource = "s"\n', "already priced by 'X'"),
+        (('[[price]]\ngpu = "X"\nusd_per_hour = 1\ndate = "d"\nsource = "s"\n'
+         '[[price]]\ngpu = "x"\nusd_per_hour = 2\ndate = "d"\nsource = "s"\n'), "already priced by 'X'"),
     ],
 )
 def test_bad_price_files_are_one_line_errors(tmp_path: Path, body: str, message: str) -> None:
