@@ -1,0 +1,225 @@
+"""Shared, streaming helpers for the engine startup-log parsers.
+
+Owns: stripping each engine's line prefix, reading numbers printed with thousands separators,
+turning any byte soup into numbered text lines, and the bookkeeping every parser needs (first
+value wins, so lines repeated by every tensor-parallel rank count once; events de-duplicated;
+``not_found`` filled from the fields an engine's log is expected to give).
+
+Prefix formats (engine-facts.md and the real logs in ../shared/data):
+- vLLM:      ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text`` (process tag optional)
+- SGLang:    ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text``
+- llama.cpp: ``0.00.291.950 I text`` (xllamacpp / llama-server with timestamps) or plain ``text``
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from quantrack.engines.base import LogEvent, LogReport
+
+# Long lines (tqdm progress bars glued with \r, binary junk) are cut before regex matching:
+# every figure quantrack reads sits well inside the first few KiB of its line.
+MAX_LINE_CHARS = 16384
+
+_VLLM_PREFIX = re.compile(
+    r"^(?:\((?P<proc>[^)]{1,80})\)\s+)?"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+    r"\[(?P<src>[^\]]{1,120})\]\s?"
+)
+_VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[^)]{1,80})\)\s")
+_SGLANG_PREFIX = re.compile(
+    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?"
+)
+_LLAMACPP_PREFIX = re.compile(r"^(?P<ts>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[DIWEN]) ")
+
+_LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "N": "INFO"}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One log line: its 1-based number, the text after the prefix, the level and rank if printed."""
+
+    no: int
+    text: str
+    level: str | None = None
+    rank: str | None = None
+    raw: str = ""
+
+
+def strip_prefix(line: str) -> tuple[str, str | None, str | None]:
+    """Return (text, level, rank) for one line of any supported engine; unknown prefixes pass through."""
+    if not line:
+        return "", None, None
+    c = line[0]
+    if c == "(" or c in "DIWEC":
+        m = _VLLM_PREFIX.match(line)
+        if m:
+            return line[m.end():], m.group("level"), m.group("proc")
+        if c == "(":
+            m2 = _VLLM_PROC_ONLY.match(line)
+            if m2:
+                return line[m2.end():], None, m2.group("proc")
+    elif c == "[":
+        m = _SGLANG_PREFIX.match(line)
+        if m:
+            rank = (m.group("rank") or "").strip() or None
+            return line[m.end():], None, rank
+    elif c.isdigit():
+        m = _LLAMACPP_PREFIX.match(line)
+        if m:
+            return line[m.end():], _LEVELS.get(m.group("level")), None
+    return line, None, None
+
+
+def iter_raw(source: Iterable[str] | Iterable[bytes] | str | bytes) -> Iterator[tuple[int, str]]:
+    """(line number, raw line) from text, bytes, a file object or any iterable of lines.
+
+    Never raises on content: undecodable bytes are replaced, NULs dropped, over-long lines cut.
+    Splits on "\\n" only (like ``grep -n``), so line numbers match the file's.
+    """
+    if isinstance(source, (str, bytes)):
+        source = [source]
+    no = 0
+    for chunk in source:
+        if isinstance(chunk, bytes):
+            if len(chunk) > 4 * MAX_LINE_CHARS and b"\n" not in chunk[: 4 * MAX_LINE_CHARS]:
+                chunk = chunk[: 4 * MAX_LINE_CHARS]
+            chunk = chunk.decode("utf-8", errors="replace")
+        elif not isinstance(chunk, str):
+            chunk = str(chunk)
+        body = chunk.removesuffix("\n")
+        parts = body.split("\n") if "\n" in body else (body,)
+        for raw in parts:
+            no += 1
+            if raw.endswith("\r"):
+                raw = raw.rstrip("\r")
+            if "\x00" in raw:
+                raw = raw.replace("\x00", "")
+            if len(raw) > MAX_LINE_CHARS:
+                raw = raw[:MAX_LINE_CHARS]
+            yield no, raw
+
+
+def make_line(no: int, raw: str) -> Line:
+    text, level, rank = strip_prefix(raw)
+    return Line(no, text, level, rank, raw)
+
+
+def iter_lines(source: Iterable[str] | Iterable[bytes] | str | bytes) -> Iterator[Line]:
+    """Numbered, prefix-stripped lines (see ``iter_raw``)."""
+    for no, raw in iter_raw(source):
+        yield make_line(no, raw)
+
+
+def scan(source: Iterable[str] | Iterable[bytes] | str | bytes, builder: ReportBuilder,
+         rules: Sequence[tuple[str, Callable[[ReportBuilder, Line], None]]]) -> None:
+    """Stream the log once; a line is prefix-stripped and dispatched only when one of the rules'
+    keywords occurs in it (one combined regex per line keeps a 50 MB log under 2 s)."""
+    keywords = sorted({kw for kw, _ in rules}, key=len, reverse=True)
+    prefilter = re.compile("|".join(re.escape(k) for k in keywords))
+    search = prefilter.search
+    count = 0
+    for no, raw in iter_raw(source):
+        count = no
+        if search(raw) is None:
+            continue
+        line = make_line(no, raw)
+        for kw, handler in rules:
+            if kw in raw:
+                handler(builder, line)
+    builder.lines_read = count
+
+
+def read_log_bytes(path: str) -> Iterator[bytes]:
+    """A log file's lines as bytes, split on newline only (carriage-return progress bars stay in one line)."""
+    with open(path, "rb") as fh:
+        yield from fh
+
+
+_NUM = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
+
+
+def parse_number(text: str) -> float | int | None:
+    """'1,945,728' -> 1945728, '118.79' -> 118.79, '8.5' -> 8.5; None for anything else."""
+    s = text.strip().rstrip("x").strip()
+    if not _NUM.match(s):
+        return None
+    s = s.replace(",", "")
+    return float(s) if "." in s else int(s)
+
+
+def parse_int(text: str) -> int | None:
+    v = parse_number(text)
+    return int(v) if v is not None else None
+
+
+def parse_float(text: str) -> float | None:
+    v = parse_number(text)
+    return float(v) if v is not None else None
+
+
+class ReportBuilder:
+    """Collects figures into a LogReport: the first value of a field wins (TP ranks repeat lines),
+    events are kept once per (kind, text)."""
+
+    def __init__(self, engine: str, source: str | None, expected: Iterable[str]) -> None:
+        self.report = LogReport(engine=engine, source=source)
+        self._expected = tuple(expected)
+        self._seen_events: set[tuple[str, str]] = set()
+        self.lines_read = 0
+
+    def set(self, field_name: str, value: object, *, overwrite: bool = False) -> None:
+        if value is None:
+            return
+        if overwrite or getattr(self.report, field_name) is None:
+            setattr(self.report, field_name, value)
+
+    def extra(self, key: str, value: object, *, overwrite: bool = False) -> None:
+        if value is None:
+            return
+        if overwrite or key not in self.report.extra:
+            self.report.extra[key] = value
+
+    def event(self, bucket: str, kind: str, line: Line) -> None:
+        key = (kind, line.text.strip())
+        if key in self._seen_events:
+            return
+        self._seen_events.add(key)
+        getattr(self.report, bucket).append(LogEvent(kind=kind, line_no=line.no, line=line.raw.strip()[:2000]))
+
+    def fallback(self, kind: str, line: Line) -> None:
+        self.event("fallbacks", kind, line)
+
+    def warning(self, kind: str, line: Line) -> None:
+        self.event("warnings", kind, line)
+
+    def error(self, kind: str, line: Line) -> None:
+        self.event("errors", kind, line)
+
+    def has_event(self, kind: str) -> bool:
+        return any(k == kind for k, _ in self._seen_events)
+
+    def finish(self) -> LogReport:
+        r = self.report
+        r.extra.setdefault("lines_read", self.lines_read)
+        r.not_found = [f for f in self._expected if getattr(r, f) is None]
+        return r
+
+
+def torch_dtype_short(value: str) -> str:
+    """'torch.bfloat16' -> 'bf16', 'torch.float8_e4m3fn' -> 'fp8_e4m3' (quantrack's spellings)."""
+    v = value.strip().strip("'\"").removeprefix("torch.")
+    table = {
+        "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+        "float8_e4m3fn": "fp8_e4m3", "float8_e4m3fnuz": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
+        "float8_e5m2fnuz": "fp8_e5m2", "uint8": "uint8", "int8": "int8",
+    }
+    return table.get(v, v)
+
+
+def none_word(value: str) -> str:
+    """The log's literal ``None`` (no quantization) becomes 'none'; quotes are removed."""
+    v = value.strip().strip("'\"")
+    return "none" if v in ("None", "") else v

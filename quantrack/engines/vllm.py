@@ -1,0 +1,427 @@
+"""vLLM adapter: ``vllm serve`` argv, startup-log parser (v0, v1 legacy, 0.25, 0.33 formats) and
+live queries (``/version``, ``/v1/models``, ``/metrics``).
+
+Log strings are matched on the text after vLLM's prefix; each pattern names the format string
+it reads (engine-facts.md §1.1, §1.2, §2) or the real log it was taken from (../shared/data/vllm-h200).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.logparse import (
+    Line,
+    ReportBuilder,
+    none_word,
+    parse_float,
+    parse_int,
+    read_log_bytes,
+    scan,
+    torch_dtype_short,
+)
+from quantrack.errors import BadInput
+
+# --- arm -> flags -------------------------------------------------------------------------------
+# Local table (quantrack.rulebook.engine_flags was not available when this was written).
+# --kv-cache-dtype choices: vllm@4ba787ec9:vllm/config/cache.py:L44-L66 (CacheDType).
+VLLM_KV = {
+    "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bf16": "bfloat16",
+    "fp16": "float16", "nvfp4": "nvfp4",
+}
+# --dtype spellings accepted by vLLM's ModelConfig (auto, half, float16, bfloat16, float, float32).
+VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "bfloat16": "bfloat16",
+              "float16": "float16", "half": "half", "float32": "float32"}
+# Weights formats that need --quantization (online quantization of a bf16 checkpoint);
+# pre-quantized checkpoints (int8 W8A8, AWQ/GPTQ 4-bit) carry their method in config.json.
+VLLM_ONLINE_QUANT = {"fp8": "fp8"}
+# SGLang-only method names that vLLM reads from the checkpoint instead of a flag.
+VLLM_FROM_CHECKPOINT = {"w8a8_int8", "w8a8_fp8"}
+GGUF_TYPES = {"f32", "f16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl"}
+
+
+def vllm_flags(arm: Arm) -> list[str]:
+    """The quantization / KV / dtype flags vLLM needs for this arm."""
+    if arm.weights in GGUF_TYPES:
+        raise BadInput(f"arm {arm.name!r}: weights {arm.weights} is a GGUF type; serve it with --engine llamacpp")
+    flags: list[str] = []
+    quant = arm.quantization or VLLM_ONLINE_QUANT.get(arm.weights)
+    if quant and quant not in VLLM_FROM_CHECKPOINT:
+        flags += ["--quantization", quant]
+    if arm.kv != "auto":
+        if arm.kv not in VLLM_KV:
+            raise BadInput(f"arm {arm.name!r}: vLLM has no KV-cache dtype {arm.kv!r}; "
+                           f"choose one of: auto, {', '.join(VLLM_KV)}")
+        flags += ["--kv-cache-dtype", VLLM_KV[arm.kv]]
+    if arm.dtype not in ("auto", ""):
+        if arm.dtype not in VLLM_DTYPE:
+            raise BadInput(f"arm {arm.name!r}: unknown --dtype {arm.dtype!r}; choose one of: auto, "
+                           f"{', '.join(VLLM_DTYPE)}")
+        flags += ["--dtype", VLLM_DTYPE[arm.dtype]]
+    return flags
+
+
+# --- log patterns -------------------------------------------------------------------------------
+# "Initializing a V1 LLM engine (v%s) with config: %s" (vllm@4ba787ec9:vllm/v1/engine/core.py:L140);
+# older: "Initializing an LLM engine (v0.6.1...) with config:" (github.com/pytorch/serve/pull/3343).
+_BANNER = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v?([^)]*)\) with config: (.*)")
+_CFG = {k: re.compile(rf"(?:^|[\s,]){k}=([^,\s]+)") for k in
+        ("dtype", "quantization", "kv_cache_dtype", "tensor_parallel_size", "max_seq_len", "device_config",
+         "block_size")}
+_ASCII_VERSION = re.compile(r"\bversion (\d+\.\d+\.\d+\S*)")  # real 0.25 banner: "█  version 0.25.0"
+_API_VERSION = re.compile(r"vLLM API server version (\S+)")
+# "Model loading took %s GiB memory and %.6f seconds" (v0.33), "Model loading took %.4f GiB and" (v0.11),
+# real 0.25: "Model loading took 14.96 GiB and 4.347068 seconds".
+_WEIGHTS_V1 = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and")
+# v0: "Loading model weights took 30.7098 GB" (github.com/vllm-project/vllm/issues/12664)
+_WEIGHTS_V0 = re.compile(r"Loading model weights took ([\d.]+) GB")
+# v0 memory-profiling table (github.com/vllm-project/vllm/pull/14447, /pull/10511)
+_PROF_WEIGHTS = re.compile(r"model weights take\s+([\d.]+)\s*GiB")
+_PROF_KV = re.compile(r"(?:the rest of the memory reserved for KV Cache is|available_kv_cache_memory)\s+([\d.]+)\s*GiB")
+_PROF_TOTAL = re.compile(r"total_gpu_memory\s+\(?([\d.]+)\s*GiB")
+_PROF_UTIL = re.compile(r"gpu_memory_utilization\s+\(?([\d.]+)")
+_AVAIL_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+# "%s KV cache size: %s tokens[, Maximum concurrency for %s tokens per request: %.2fx]"
+_KV_TOKENS = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
+_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+# v0: "# GPU blocks: 10039, # CPU blocks: 1310" (github.com/vllm-project/vllm/pull/6234)
+_GPU_BLOCKS = re.compile(r"# GPU blocks: (\d+), # CPU blocks: (\d+)")
+_GRAPH = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
+_SELECTED = re.compile(r"Selected (\w+) for (\w+)")
+_USING_KERNEL = re.compile(r"Using (\w+) for (mixed-precision linear|\w+LinearMethod|CompressedTensors\w+|\w+ GEMM)")
+_ATTN = re.compile(
+    r"Using (?:AttentionBackendEnum\.)?([\w\-. ]+?) (?:attention )?backend"
+    r"(?: out of potential backends| on V1 engine|\.| \(selected)"
+)
+_KV_DTYPE_INFO = re.compile(r"Using (\S+) data type to store kv cache")
+_DEVICE_FALLBACK = re.compile(r"Your device '?(.+?)'? \(with compute capability ([\d.]+)\) doesn't support (\S+?)\. "
+                              r"Falling back to (\S+?) for compatibility")
+_BF16_ERR = re.compile(r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. "
+                       r"Your (.+?) GPU (?:has compute capability ([\d.]+)|does not have)")
+_MIN_CAP = re.compile(r"is not supported for the current GPU\. Min(?:imum)? capability: (\d+)\. "
+                      r"Current capability: (\d+)")
+_MAX_LEN = re.compile(r"max seq len \((\d+)\)")
+_KV_LIMIT = re.compile(r"stored in KV cache \((\d+)\)")
+
+EXPECTED = (
+    "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
+    "max_concurrency_context", "cuda_graph_gib", "quantization", "linear_kernel", "attention_backend",
+    "kv_cache_dtype", "dtype",
+)
+
+
+def _banner(b: ReportBuilder, ln: Line) -> None:
+    m = _BANNER.search(ln.text)
+    if not m:
+        return
+    b.set("engine_version", m.group(1).lstrip("v") or None)
+    cfg = m.group(2)
+    for key, rx in _CFG.items():
+        mm = rx.search(cfg)
+        if not mm:
+            continue
+        val = mm.group(1)
+        if key == "dtype":
+            b.set("dtype", torch_dtype_short(val))
+        elif key == "quantization":
+            b.set("quantization", none_word(val))
+        elif key == "kv_cache_dtype":
+            b.set("kv_cache_dtype", val)
+        elif key == "tensor_parallel_size":
+            b.extra("tensor_parallel_size", parse_int(val))
+        elif key == "max_seq_len":
+            b.extra("max_model_len", parse_int(val))
+        elif key == "device_config":
+            b.extra("device", val)
+        elif key == "block_size":
+            b.extra("block_size", parse_int(val))
+
+
+def _version(b: ReportBuilder, ln: Line) -> None:
+    m = _API_VERSION.search(ln.text) or (_ASCII_VERSION.search(ln.text) if "█" in ln.text else None)
+    if m:
+        b.set("engine_version", m.group(1))
+
+
+def _weights(b: ReportBuilder, ln: Line) -> None:
+    for rx in (_WEIGHTS_V1, _WEIGHTS_V0, _PROF_WEIGHTS):
+        m = rx.search(ln.text)
+        if m:
+            b.set("weights_gib", parse_float(m.group(1)))
+            if rx is _WEIGHTS_V0:
+                b.extra("weights_unit_note", "vLLM v0 prints 'GB' for GiB (bytes / 2**30)")
+            return
+
+
+def _profiling(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    m = _PROF_KV.search(t)
+    if m:
+        b.set("available_kv_gib", parse_float(m.group(1)))
+    m = _PROF_TOTAL.search(t)
+    if m:
+        b.extra("total_gpu_memory_gib", parse_float(m.group(1)))
+    m = _PROF_UTIL.search(t)
+    if m:
+        b.extra("gpu_memory_utilization", parse_float(m.group(1)))
+    if "model weights take" in t:
+        _weights(b, ln)
+
+
+def _avail_kv(b: ReportBuilder, ln: Line) -> None:
+    m = _AVAIL_KV.search(ln.text)
+    if m:
+        b.set("available_kv_gib", parse_float(m.group(1)))
+
+
+def _kv_tokens(b: ReportBuilder, ln: Line) -> None:
+    m = _KV_TOKENS.search(ln.text)
+    if m:
+        b.set("kv_cache_tokens", parse_int(m.group(2)))
+        b.extra("kv_cache_device", m.group(1))
+    _max_conc(b, ln)
+
+
+def _max_conc(b: ReportBuilder, ln: Line) -> None:
+    m = _MAX_CONC.search(ln.text)
+    if m:
+        b.set("max_concurrency_context", parse_int(m.group(1)))
+        b.set("max_concurrency", parse_float(m.group(2)))
+
+
+def _gpu_blocks(b: ReportBuilder, ln: Line) -> None:
+    m = _GPU_BLOCKS.search(ln.text)
+    if m:
+        b.extra("num_gpu_blocks", int(m.group(1)))
+        b.extra("num_cpu_blocks", int(m.group(2)))
+
+
+def _graph(b: ReportBuilder, ln: Line) -> None:
+    m = _GRAPH.search(ln.text)
+    if m:
+        b.set("cuda_graph_gib", parse_float(m.group(1)))
+
+
+def _kernel(b: ReportBuilder, ln: Line) -> None:
+    m = _SELECTED.search(ln.text) or _USING_KERNEL.search(ln.text)
+    if not m:
+        return
+    b.set("linear_kernel", m.group(1))
+    b.extra("linear_method", m.group(2))
+    if m.group(1).startswith("MarlinFP8"):
+        b.extra("_marlin_line", ln)
+
+
+def _attention(b: ReportBuilder, ln: Line) -> None:
+    if "MoE" in ln.text:
+        return
+    m = _ATTN.search(ln.text)
+    if m:
+        b.set("attention_backend", m.group(1).strip())
+
+
+def _kv_dtype(b: ReportBuilder, ln: Line) -> None:
+    m = _KV_DTYPE_INFO.search(ln.text)
+    if m:
+        b.set("kv_cache_dtype", m.group(1), overwrite=True)
+
+
+def _device_fallback(b: ReportBuilder, ln: Line) -> None:
+    m = _DEVICE_FALLBACK.search(ln.text)
+    if m:
+        b.set("gpu", m.group(1))
+        b.extra("compute_capability", m.group(2))
+        b.fallback("bf16_to_fp16", ln)
+
+
+def _bf16_error(b: ReportBuilder, ln: Line) -> None:
+    m = _BF16_ERR.search(ln.text)
+    if m:
+        b.set("gpu", m.group(1))
+        if m.group(2):
+            b.extra("compute_capability", m.group(2))
+        b.error("bf16_unsupported_error", ln)
+
+
+def _min_cap(b: ReportBuilder, ln: Line) -> None:
+    m = _MIN_CAP.search(ln.text)
+    if m:
+        b.extra("min_capability", int(m.group(1)))
+        b.extra("current_capability", int(m.group(2)))
+        b.error("min_capability_error", ln)
+
+
+def _max_len(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    if "KV cache" not in t:
+        return
+    m = _MAX_LEN.search(t)
+    if m:
+        b.extra("max_model_len", int(m.group(1)))
+        k = _KV_LIMIT.search(t)
+        if k:
+            b.extra("kv_tokens_limit", int(k.group(1)))
+        b.error("max_model_len_exceeds_kv", ln)
+
+
+def _generic_error(b: ReportBuilder, ln: Line) -> None:
+    if ln.level in ("ERROR", "CRITICAL") and len(b.report.errors) < 50:
+        b.error("error", ln)
+
+
+def _simple(kind: str, bucket: str):  # type: ignore[no-untyped-def]
+    def handler(b: ReportBuilder, ln: Line) -> None:
+        b.event(bucket, kind, ln)
+    return handler
+
+
+RULES = [
+    ("LLM engine (", _banner),
+    ("version ", _version),
+    ("Model loading took", _weights),
+    ("Loading model weights took", _weights),
+    ("model weights take", _profiling),
+    ("reserved for KV Cache", _profiling),
+    ("available_kv_cache_memory", _profiling),
+    ("total_gpu_memory", _profiling),
+    ("Available KV cache memory", _avail_kv),
+    ("KV cache size:", _kv_tokens),
+    ("Maximum concurrency for", _max_conc),
+    ("# GPU blocks:", _gpu_blocks),
+    ("Graph capturing finished", _graph),
+    ("Selected ", _kernel),
+    (" for mixed-precision linear", _kernel),
+    ("LinearMethod", _kernel),
+    (" GEMM", _kernel),
+    ("backend", _attention),
+    ("data type to store kv cache", _kv_dtype),
+    ("Falling back to", _device_fallback),
+    ("Bfloat16 is only supported", _bf16_error),
+    ("not supported for the current GPU", _min_cap),
+    ("max seq len", _max_len),
+    # fallbacks (engine-facts §2.1, §2.5)
+    ("does not have native support for FP8 computation", _simple("fp8_marlin", "fallbacks")),
+    ("does not have native support for FP4 computation", _simple("fp4_marlin", "fallbacks")),
+    ("explicitly, so forcing", _simple("awq_gptq_forced", "fallbacks")),
+    ("Falling back to unoptimized", _simple("layer_unoptimized_fallback", "fallbacks")),
+    ("Falling back to Moe WNA16", _simple("layer_unoptimized_fallback", "fallbacks")),
+    # warnings (engine-facts §2.2, §2.3, §2.4)
+    ("Using KV cache scaling factor 1.0", _simple("kv_scale_uncalibrated", "warnings")),
+    ("Using uncalibrated q_scale", _simple("q_scale_uncalibrated", "warnings")),
+    ("does not provide a q scaling factor", _simple("q_scale_missing", "warnings")),
+    ("is deprecated and will be removed", _simple("deprecated_quantization", "warnings")),
+    ("CUDA graph memory profiling is disabled", _simple("cudagraph_profiling_disabled", "warnings")),
+    # errors
+    ("on startup is less than desired GPU memory utilization", _simple("insufficient_free_memory", "errors")),
+    ("Unknown quantization method", _simple("unknown_quantization", "errors")),
+    ("CUDA out of memory", _simple("oom", "errors")),
+    ("ERROR", _generic_error),
+    ("CRITICAL", _generic_error),
+]
+
+
+def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes, source: str | None = None) -> LogReport:
+    """Parse a vLLM startup log (any supported version) into a LogReport, streaming."""
+    b = ReportBuilder("vllm", source, EXPECTED)
+    scan(lines, b, RULES)
+    r = b.report
+    marlin = r.extra.pop("_marlin_line", None)
+    if marlin is not None and not b.has_event("fp8_marlin"):
+        b.fallback("fp8_marlin", marlin)
+    # v0 logs give GPU blocks, not tokens: tokens = blocks x block size (derived, labelled).
+    if r.kv_cache_tokens is None and "num_gpu_blocks" in r.extra:
+        block = r.extra.get("block_size") or 16  # vLLM's CUDA default block size
+        r.kv_cache_tokens = int(r.extra["num_gpu_blocks"]) * int(block)
+        r.extra["derived"] = {"kv_cache_tokens": f"num_gpu_blocks x block_size ({block})"}
+    if r.max_concurrency_context is None and r.extra.get("max_model_len") and r.max_concurrency is not None:
+        r.max_concurrency_context = r.extra["max_model_len"]
+    return b.finish()
+
+
+# --- live queries -------------------------------------------------------------------------------
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """Pure: vLLM's Prometheus text -> the cache_config_info labels that matter, typed.
+
+    Real example: ../shared/data/vllm-h200/metrics-*.txt (``vllm:cache_config_info{...} 1.0``).
+    """
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:cache_config_info{"):
+            continue
+        labels = dict(_LABEL.findall(line[line.index("{"):line.rindex("}") + 1]))
+        out["cache_config"] = labels
+        for key, conv in (("kv_cache_size_tokens", parse_int), ("num_gpu_blocks", parse_int),
+                          ("block_size", parse_int), ("kv_cache_max_concurrency", parse_float),
+                          ("gpu_memory_utilization", parse_float)):
+            if key in labels:
+                out[key] = conv(labels[key])
+        if "cache_dtype" in labels:
+            out["cache_dtype"] = labels["cache_dtype"]
+        break
+    return out
+
+
+def parse_models(obj: Any) -> dict[str, Any]:
+    """Pure: ``/v1/models`` JSON -> served model id and max_model_len."""
+    data = obj.get("data") if isinstance(obj, dict) else None
+    if not data or not isinstance(data, list) or not isinstance(data[0], dict):
+        return {}
+    first = data[0]
+    return {"model": first.get("id"), "max_model_len": first.get("max_model_len"), "root": first.get("root")}
+
+
+class VllmAdapter(EngineAdapter):
+    kind = "vllm"
+    default_port = 8000
+    health_path = "/health"  # listed in the real 0.25 log: "Route: /health, Methods: GET"
+
+    def launch_argv(self, spec: LaunchSpec) -> list[str]:
+        model = spec.arm.model or spec.model
+        argv = [spec.binary or "vllm", "serve", model, "--host", spec.host, "--port", str(spec.port)]
+        argv += vllm_flags(spec.arm)
+        if spec.util is not None:
+            argv += ["--gpu-memory-utilization", f"{spec.util:g}"]
+        if spec.context_len:
+            argv += ["--max-model-len", str(spec.context_len)]
+        if spec.tp and spec.tp != 1:
+            argv += ["--tensor-parallel-size", str(spec.tp)]
+        if spec.served_name:
+            argv += ["--served-model-name", spec.served_name]
+        return argv + list(spec.arm.engine_args) + list(spec.extra_args)
+
+    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
+        return parse_vllm_log(lines, source)
+
+    def parse_log_file(self, path: str | Path) -> LogReport:
+        return parse_vllm_log(read_log_bytes(str(path)), source=str(path))
+
+    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+        """Live facts. Endpoints are vLLM's own routes, as listed by the server at start-up in the
+        real 0.25 logs (``Route: /version``, ``Route: /v1/models``, ``Route: /metrics``)."""
+        import httpx
+
+        base = base_url.rstrip("/")
+        out: dict[str, Any] = {"engine": "vllm", "base_url": base}
+        with httpx.Client(timeout=timeout) as client:
+            r = client.get(f"{base}/version")
+            if r.status_code == 200:
+                out["engine_version"] = r.json().get("version")
+            r = client.get(f"{base}/v1/models")
+            if r.status_code == 200:
+                out.update(parse_models(r.json()))
+            r = client.get(f"{base}/metrics")
+            if r.status_code == 200:
+                out.update(parse_metrics(r.text))
+        return out
+
+    @staticmethod
+    def binary_available(binary: str | None = None) -> bool:
+        return shutil.which(binary or "vllm") is not None
