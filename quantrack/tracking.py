@@ -1,0 +1,681 @@
+"""MLflow tracking: the only module that imports mlflow (always inside functions).
+
+It owns:
+
+* ``RunRecord``: everything one run holds (params, metrics with steps, tags, artifacts, status, times),
+  built in full before anything is sent, so a run is logged the same way whether it goes to the store
+  now or to the spool and later through ``sync``;
+* ``Tracker``: logs records to one experiment (a study = a parent run with nested arm runs);
+  a shared ``http(s)://`` server that cannot be reached makes it spool the record locally instead;
+* the spool (``$QUANTRACK_SPOOL_DIR`` or ``~/.cache/quantrack/spool``) and ``sync_spool`` which uploads it,
+  idempotently: every run carries a ``quantrack.run_uuid`` tag and a run already complete on the
+  server is skipped;
+* ``load_runs``: one ``mlflow.search_runs`` call returning plain ``RunRow`` objects for compare/audit.
+
+The default store is ``sqlite:///mlruns/mlflow.db`` with artifacts in ``mlruns/artifacts`` (MLflow 3
+deprecates the file store). Every string that reaches a store or the spool is redacted first
+(``quantrack.redact``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantrack import __version__
+from quantrack.errors import BadInput, NotFound, QuantrackError
+from quantrack.redact import redact_mapping, redact_text
+
+DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
+TAG_UUID = "quantrack.run_uuid"
+TAG_COMPLETE = "quantrack.complete"
+TAG_ROLE = "quantrack.role"  # "study" (parent) or "arm"
+TAG_STUDY = "quantrack.study"
+TAG_ARM = "quantrack.arm"
+TAG_PARENT_UUID = "quantrack.parent_uuid"
+TAG_SPOOLED = "quantrack.spooled"
+STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
+_PARAM_MAX = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH (3.x)
+_TAG_MAX = 8000  # MAX_TAG_VAL_LENGTH
+
+
+class TrackingError(QuantrackError):
+    """The tracking store refused or failed an operation (not a connectivity problem: those spool)."""
+
+    exit_code = 1
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class MetricPoint:
+    key: str
+    value: float
+    step: int = 0
+    timestamp: int = 0
+
+
+@dataclass
+class RunRecord:
+    """One run, complete: what ``Tracker.log`` sends and what the spool stores."""
+
+    experiment: str
+    run_name: str
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: list[MetricPoint] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    # artifact path (relative, '/'-separated) -> text content
+    artifacts: dict[str, str] = field(default_factory=dict)
+    # artifact path -> local file to copy (plots, large files)
+    artifact_files: dict[str, str] = field(default_factory=dict)
+    status: str = "FINISHED"
+    start_ms: int = field(default_factory=now_ms)
+    end_ms: int | None = None
+    uuid: str = field(default_factory=lambda: uuidlib.uuid4().hex)
+    parent_uuid: str | None = None
+    secrets: list[str] = field(default_factory=list, repr=False)  # literal values to scrub; never stored
+
+    # --- building ---------------------------------------------------------------------------------------
+    def param(self, key: str, value: Any) -> None:
+        """Record a param; ``None`` means "not known" and is left out (never logged as 'None')."""
+        if value is None or value == "":
+            return
+        if isinstance(value, (list, tuple)):
+            value = " ".join(str(v) for v in value)
+        self.params[key] = str(value)
+
+    def metric(self, key: str, value: float | int | None, step: int = 0) -> None:
+        """Record a metric value; ``None`` (not measured) is left out: compare prints FILL IN for it."""
+        if value is None:
+            return
+        v = float(value)
+        if v != v:  # NaN: not a measurement
+            return
+        self.metrics.append(MetricPoint(key, v, step, now_ms()))
+
+    def series(self, key: str, values: list[float]) -> None:
+        """A metric history (one value per step: latency samples, per-level sweep points)."""
+        ts = now_ms()
+        for i, v in enumerate(values):
+            if v is not None and float(v) == float(v):
+                self.metrics.append(MetricPoint(key, float(v), i, ts))
+
+    def tag(self, key: str, value: Any) -> None:
+        if value is None or value == "":
+            return
+        self.tags[key] = str(value)
+
+    def latest_metrics(self) -> dict[str, float]:
+        """The value per key that MLflow shows as the metric (highest step, then latest timestamp)."""
+        out: dict[str, tuple[int, int, float]] = {}
+        for m in self.metrics:
+            cur = out.get(m.key)
+            if cur is None or (m.step, m.timestamp) >= (cur[0], cur[1]):
+                out[m.key] = (m.step, m.timestamp, m.value)
+        return {k: v[2] for k, v in out.items()}
+
+    def redacted(self) -> RunRecord:
+        """A copy with secrets scrubbed from params, tags and text artifacts (files are scrubbed on upload)."""
+        secrets = list(self.secrets)
+        params = {k: _clip(v, _PARAM_MAX) for k, v in redact_mapping(self.params, secrets).items()}
+        tags = {k: _clip(v, _TAG_MAX) for k, v in redact_mapping(self.tags, secrets).items()}
+        arts = {k: redact_text(v, secrets) for k, v in self.artifacts.items()}
+        return RunRecord(
+            experiment=self.experiment, run_name=self.run_name, params=params, metrics=list(self.metrics),
+            tags=tags, artifacts=arts, artifact_files=dict(self.artifact_files), status=self.status,
+            start_ms=self.start_ms, end_ms=self.end_ms, uuid=self.uuid, parent_uuid=self.parent_uuid,
+            secrets=secrets,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("secrets")
+        d.pop("artifacts")
+        d.pop("artifact_files")
+        return d
+
+
+def _clip(value: Any, limit: int) -> str:
+    s = str(value)
+    return s if len(s) <= limit else s[: limit - 14] + "…[truncated]"
+
+
+@dataclass
+class Logged:
+    """Where a record went: a run id on the store, or a spool directory."""
+
+    uuid: str
+    run_id: str | None = None
+    spooled: Path | None = None
+    reason: str | None = None
+
+
+@dataclass
+class RunRow:
+    """One run as read back from the store (plain data for compare/audit)."""
+
+    run_id: str
+    experiment_id: str
+    run_name: str
+    status: str
+    start_time: int
+    end_time: int | None
+    params: dict[str, str]
+    metrics: dict[str, float]
+    tags: dict[str, str]
+
+    @property
+    def arm(self) -> str:
+        return self.tags.get(TAG_ARM) or self.run_name
+
+
+# --- URIs and stores ---------------------------------------------------------------------------------------
+
+def resolve_uri(uri: str | None = None) -> str:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the local SQLite store under ./mlruns."""
+    chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    if chosen.startswith("sqlite:///"):
+        db = Path(chosen[len("sqlite:///"):])
+        db.parent.mkdir(parents=True, exist_ok=True)
+    elif chosen.startswith(("http://", "https://", "postgresql", "mysql", "databricks", "file:")) or "://" in chosen:
+        pass
+    else:
+        raise BadInput(f"--tracking-uri {chosen!r} is not a URI: use sqlite:///path/mlflow.db or "
+                       "http://host:port (an mlflow server)")
+    return chosen
+
+
+def is_remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def artifact_root_for(uri: str) -> str | None:
+    """Artifact location for new experiments in a local SQLite store: <db dir>/artifacts."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        return (db.parent.resolve() / "artifacts").as_uri()
+    return None
+
+
+def server_reachable(uri: str, timeout: float = 3.0) -> bool:
+    """A shared tracking server answers /health (mlflow server's liveness endpoint)."""
+    if not is_remote(uri):
+        return True
+    import httpx
+
+    try:
+        r = httpx.get(uri.rstrip("/") + "/health", timeout=timeout)
+        return r.status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def _quick_http() -> Iterator[None]:
+    """Fewer MLflow HTTP retries than its default (7, exponential back-off: minutes) so an outage spools fast."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR")}
+    if saved["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] is None:
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "3"
+    if saved["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] is None:
+        os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+def _client(uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(client: Any, name: str, uri: str, create: bool = True) -> str | None:
+    """Get or create an experiment by name (safe when many processes race to create it)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        return str(exp.experiment_id)
+    if not create:
+        return None
+    try:
+        return str(client.create_experiment(name, artifact_location=artifact_root_for(uri)))
+    except Exception:  # another process created it first
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return str(exp.experiment_id)
+
+
+def _is_connectivity_error(exc: BaseException) -> bool:
+    import httpx
+
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError, httpx.HTTPError)):
+        return True
+    text = f"{type(exc).__name__}: {exc}"
+    return any(s in text for s in ("Max retries exceeded", "Connection refused", "ConnectionError",
+                                   "Failed to establish", "RemoteDisconnected", "timed out",
+                                   "API request to", "503", "502", "504"))
+
+
+def find_run_by_uuid(client: Any, exp_id: str, run_uuid: str) -> Any | None:
+    runs = client.search_runs([exp_id], filter_string=f"tags.`{TAG_UUID}` = '{run_uuid}'", max_results=5)
+    return runs[0] if runs else None
+
+
+def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | None,
+           files_root: Path | None = None) -> str:
+    """Create one run from a record: tags, params, metrics (with steps), artifacts, then status."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    rec = record.redacted()
+    tags = dict(rec.tags)
+    tags[TAG_UUID] = rec.uuid
+    tags["mlflow.runName"] = rec.run_name
+    if rec.parent_uuid:
+        tags[TAG_PARENT_UUID] = rec.parent_uuid
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(exp_id, start_time=rec.start_ms, tags={TAG_UUID: rec.uuid}, run_name=rec.run_name)
+    run_id = run.info.run_id
+    params = [Param(k, v) for k, v in sorted(rec.params.items())]
+    metrics = [Metric(m.key, m.value, m.timestamp, m.step) for m in rec.metrics]
+    tag_list = [RunTag(k, v) for k, v in sorted(tags.items())]
+    for i in range(0, max(len(params), 1), 100):
+        client.log_batch(run_id, params=params[i:i + 100])
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+    for i in range(0, len(tag_list), 100):
+        client.log_batch(run_id, tags=tag_list[i:i + 100])
+    if rec.artifacts or rec.artifact_files:
+        with tempfile.TemporaryDirectory(prefix="quantrack-art-") as tmp:
+            _materialize(rec, Path(tmp), files_root)
+            client.log_artifacts(run_id, tmp)
+    client.set_tag(run_id, TAG_COMPLETE, "true")
+    if rec.status != "RUNNING":
+        client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
+    return str(run_id)
+
+
+def _materialize(rec: RunRecord, dest: Path, files_root: Path | None = None) -> None:
+    """Write a record's artifacts under dest (text redacted; text files copied are redacted too)."""
+    for rel, text in rec.artifacts.items():
+        p = dest / _safe_rel(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(redact_text(text, rec.secrets), encoding="utf-8")
+    for rel, src in rec.artifact_files.items():
+        src_path = Path(src)
+        if files_root is not None and not src_path.is_absolute():
+            src_path = files_root / src_path
+        p = dest / _safe_rel(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if src_path.suffix in (".log", ".txt", ".json", ".jsonl", ".md", ".csv") :
+            p.write_text(redact_text(src_path.read_text(encoding="utf-8", errors="replace"), rec.secrets),
+                         encoding="utf-8")
+        else:
+            shutil.copyfile(src_path, p)
+
+
+def _safe_rel(rel: str) -> Path:
+    parts = [p for p in Path(rel).parts if p not in ("", ".", "..", "/")]
+    if not parts:
+        raise BadInput(f"bad artifact path {rel!r}")
+    return Path(*parts)
+
+
+# --- the spool ---------------------------------------------------------------------------------------------
+
+def spool_dir() -> Path:
+    return Path(os.environ.get("QUANTRACK_SPOOL_DIR") or Path.home() / ".cache" / "quantrack" / "spool")
+
+
+def spool_record(record: RunRecord, target_uri: str, reason: str) -> Path:
+    """Store a (redacted) record on local disk for ``quantrack sync``; returns its directory."""
+    rec = record.redacted()
+    root = spool_dir()
+    d = root / "pending" / rec.uuid
+    tmp = root / "pending" / f".{rec.uuid}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    _materialize(rec, tmp / "artifacts")
+    data = rec.to_json()
+    data.update({"target_uri": target_uri, "spooled_at_ms": now_ms(), "reason": reason,
+                 "artifact_paths": sorted([*rec.artifacts, *rec.artifact_files])})
+    (tmp / "record.json").write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    if d.exists():
+        shutil.rmtree(d)
+    tmp.rename(d)  # atomic: a half-written spool entry is never picked up
+    return d
+
+
+def _load_spooled(d: Path) -> tuple[RunRecord, dict[str, Any]]:
+    data = json.loads((d / "record.json").read_text(encoding="utf-8"))
+    rec = RunRecord(
+        experiment=data["experiment"], run_name=data["run_name"], params=data["params"],
+        metrics=[MetricPoint(**m) for m in data["metrics"]], tags=data["tags"], status=data["status"],
+        start_ms=data["start_ms"], end_ms=data["end_ms"], uuid=data["uuid"], parent_uuid=data["parent_uuid"],
+    )
+    art = d / "artifacts"
+    if art.is_dir():
+        for p in sorted(art.rglob("*")):
+            if p.is_file():
+                rec.artifact_files[p.relative_to(art).as_posix()] = str(p)
+    return rec, data
+
+
+def pending_spool() -> list[Path]:
+    root = spool_dir() / "pending"
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                   and (p / "record.json").is_file()), key=lambda p: p.name)
+
+
+def _update_spooled_status(run_uuid: str, status: str, end_ms: int) -> bool:
+    d = spool_dir() / "pending" / run_uuid
+    f = d / "record.json"
+    if not f.is_file():
+        return False
+    data = json.loads(f.read_text(encoding="utf-8"))
+    data["status"], data["end_ms"] = status, end_ms
+    f.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    return True
+
+
+def _spool_terminate(target_uri: str, experiment: str, run_uuid: str, status: str, end_ms: int) -> Path:
+    ops = spool_dir() / "ops"
+    ops.mkdir(parents=True, exist_ok=True)
+    p = ops / f"{run_uuid}-terminate.json"
+    p.write_text(json.dumps({"op": "terminate", "target_uri": target_uri, "experiment": experiment,
+                             "uuid": run_uuid, "status": status, "end_ms": end_ms}), encoding="utf-8")
+    return p
+
+
+@dataclass
+class SyncResult:
+    uploaded: list[str] = field(default_factory=list)  # run uuids
+    skipped: list[str] = field(default_factory=list)  # already on the server
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (uuid, reason)
+    terminated: list[str] = field(default_factory=list)
+
+
+def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = None) -> SyncResult:
+    """Upload spooled runs (parents before children); skip runs already complete on the server."""
+    say = progress or (lambda _m: None)
+    result = SyncResult()
+    entries = []
+    for d in pending_spool():
+        try:
+            rec, data = _load_spooled(d)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            result.failed.append((d.name, f"unreadable spool entry: {exc}"))
+            continue
+        entries.append((d, rec, uri or data.get("target_uri") or resolve_uri(None)))
+    # parents first (no parent_uuid), then by start time
+    entries.sort(key=lambda e: (e[1].parent_uuid is not None, e[1].start_ms, e[1].uuid))
+    clients: dict[str, Any] = {}
+    for d, rec, target in entries:
+        target = resolve_uri(target)
+        if not server_reachable(target):
+            result.failed.append((rec.uuid, f"tracking server {target} unreachable"))
+            continue
+        try:
+            with _quick_http():
+                client = clients.setdefault(target, _client(target))
+                exp_id = experiment_id(client, rec.experiment, target)
+                assert exp_id is not None
+                existing = find_run_by_uuid(client, exp_id, rec.uuid)
+                if existing is not None and existing.data.tags.get(TAG_COMPLETE) == "true":
+                    result.skipped.append(rec.uuid)
+                    say(f"skip {rec.run_name} ({rec.uuid[:8]}): already on {target} as {existing.info.run_id}")
+                else:
+                    if existing is not None:  # a half-uploaded run from an interrupted attempt
+                        client.delete_run(existing.info.run_id)
+                    parent_id = None
+                    if rec.parent_uuid:
+                        parent = find_run_by_uuid(client, exp_id, rec.parent_uuid)
+                        if parent is None:
+                            result.failed.append((rec.uuid, f"parent run {rec.parent_uuid} not on the server yet"))
+                            continue
+                        parent_id = parent.info.run_id
+                    rec.tags[TAG_SPOOLED] = "true"
+                    run_id = upload(client, exp_id, rec, parent_id, files_root=d)
+                    result.uploaded.append(rec.uuid)
+                    say(f"uploaded {rec.run_name} ({rec.uuid[:8]}) -> {target} run {run_id}")
+        except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
+            result.failed.append((rec.uuid, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+            continue
+        done = spool_dir() / "synced" / d.name
+        done.parent.mkdir(parents=True, exist_ok=True)
+        if done.exists():
+            shutil.rmtree(done)
+        d.rename(done)
+    _apply_ops(uri, result, clients, say)
+    return result
+
+
+def _apply_ops(uri: str | None, result: SyncResult, clients: dict[str, Any], say: Callable[[str], None]) -> None:
+    ops = spool_dir() / "ops"
+    if not ops.is_dir():
+        return
+    for p in sorted(ops.glob("*-terminate.json")):
+        op = json.loads(p.read_text(encoding="utf-8"))
+        target = resolve_uri(uri or op["target_uri"])
+        if not server_reachable(target):
+            result.failed.append((op["uuid"], f"tracking server {target} unreachable"))
+            continue
+        try:
+            with _quick_http():
+                client = clients.setdefault(target, _client(target))
+                exp_id = experiment_id(client, op["experiment"], target)
+                assert exp_id is not None
+                run = find_run_by_uuid(client, exp_id, op["uuid"])
+                if run is None:
+                    result.failed.append((op["uuid"], "run to terminate not found on the server"))
+                    continue
+                if run.info.status == "RUNNING":
+                    client.set_terminated(run.info.run_id, op["status"], end_time=op["end_ms"])
+                result.terminated.append(op["uuid"])
+                say(f"set {run.info.run_id} {op['status']}")
+        except Exception as exc:  # noqa: BLE001
+            result.failed.append((op["uuid"], f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+            continue
+        p.unlink()
+
+
+# --- logging runs ------------------------------------------------------------------------------------------
+
+class Tracker:
+    """Logs the runs of one experiment to one store; spools when a shared server is unreachable."""
+
+    def __init__(self, uri: str | None = None, experiment: str = "quantrack",
+                 progress: Callable[[str], None] | None = None) -> None:
+        if not experiment or not experiment.strip():
+            raise BadInput("experiment name must not be empty")
+        self.uri = resolve_uri(uri)
+        self.experiment = experiment.strip()
+        self._say = progress or (lambda _m: None)
+        self._client: Any = None
+        self._exp_id: str | None = None
+        self._on_server: dict[str, str] = {}  # record uuid -> run id
+        self._spooled: set[str] = set()
+
+    def _connect(self) -> tuple[Any, str]:
+        if self._client is None:
+            self._client = _client(self.uri)
+        if self._exp_id is None:
+            self._exp_id = experiment_id(self._client, self.experiment, self.uri)
+        assert self._exp_id is not None
+        return self._client, self._exp_id
+
+    def log(self, record: RunRecord) -> Logged:
+        """Send a complete record (any status) to the store, or to the spool if the server is down."""
+        record.experiment = self.experiment
+        parent_id: str | None = None
+        if record.parent_uuid:
+            if record.parent_uuid in self._spooled:
+                return self._spool(record, "parent run is spooled")
+            parent_id = self._on_server.get(record.parent_uuid)
+        if is_remote(self.uri) and not server_reachable(self.uri):
+            return self._spool(record, f"tracking server {self.uri} unreachable")
+        try:
+            with _quick_http():
+                client, exp_id = self._connect()
+                if record.parent_uuid and parent_id is None:
+                    parent = find_run_by_uuid(client, exp_id, record.parent_uuid)
+                    if parent is None:
+                        return self._spool(record, "parent run not on the server")
+                    parent_id = parent.info.run_id
+                run_id = upload(client, exp_id, record, parent_id)
+        except QuantrackError:
+            raise
+        except Exception as exc:
+            if is_remote(self.uri) and _is_connectivity_error(exc):
+                return self._spool(record, f"tracking server {self.uri} failed: {type(exc).__name__}")
+            raise TrackingError(f"tracking store {self.uri} refused run {record.run_name!r}: "
+                                f"{str(exc).splitlines()[0][:300]}") from None
+        self._on_server[record.uuid] = run_id
+        return Logged(uuid=record.uuid, run_id=run_id)
+
+    def _spool(self, record: RunRecord, reason: str) -> Logged:
+        path = spool_record(record, self.uri, reason)
+        self._spooled.add(record.uuid)
+        self._say(f"spooled run {record.run_name!r} to {path} ({reason}); upload later with `quantrack sync`")
+        return Logged(uuid=record.uuid, spooled=path, reason=reason)
+
+    def finish(self, logged: Logged, status: str, end_ms: int | None = None) -> None:
+        """Terminate a run logged as RUNNING (a study's parent run)."""
+        if status not in STATUSES:
+            raise BadInput(f"unknown run status {status!r}; statuses: {', '.join(STATUSES)}")
+        end = end_ms or now_ms()
+        if logged.spooled is not None:
+            _update_spooled_status(logged.uuid, status, end)
+            return
+        try:
+            if is_remote(self.uri) and not server_reachable(self.uri):
+                raise ConnectionError("unreachable")
+            with _quick_http():
+                client, _ = self._connect()
+                client.set_terminated(logged.run_id, status, end_time=end)
+        except Exception as exc:
+            if not (is_remote(self.uri) and _is_connectivity_error(exc)):
+                raise TrackingError(f"could not set run {logged.run_id} {status}: {exc}") from None
+            p = _spool_terminate(self.uri, self.experiment, logged.uuid, status, end)
+            self._say(f"spooled status {status} of run {logged.run_id} to {p}")
+
+
+def log_arm(record: RunRecord, uri: str | None = None, experiment: str | None = None) -> Logged:
+    """Log one arm run (no parent) — the library entry point behind ``quantrack log``."""
+    return Tracker(uri, experiment or record.experiment).log(record)
+
+
+# --- reading runs back -------------------------------------------------------------------------------------
+
+def load_runs(experiment: str, uri: str | None = None, *, role: str | None = "arm",
+              include_running: bool = True) -> list[RunRow]:
+    """All runs of an experiment in one ``mlflow.search_runs`` call, newest first."""
+    import mlflow
+
+    target = resolve_uri(uri)
+    if is_remote(target) and not server_reachable(target):
+        raise TrackingError(f"tracking server {target} is unreachable")
+    mlflow.set_tracking_uri(target)
+    client = _client(target)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = [e.name for e in client.search_experiments()]
+        from quantrack.errors import unknown
+
+        raise unknown("experiment", experiment, names) if names else NotFound(
+            f"unknown experiment {experiment!r}: the store {target} has no experiments")
+    filt = f"tags.`{TAG_ROLE}` = '{role}'" if role else ""
+    runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string=filt,
+                              output_format="list", order_by=["attributes.start_time DESC"])
+    rows = []
+    for r in runs:
+        if not include_running and r.info.status == "RUNNING":
+            continue
+        rows.append(RunRow(
+            run_id=r.info.run_id, experiment_id=str(r.info.experiment_id), run_name=r.info.run_name or "",
+            status=r.info.status, start_time=int(r.info.start_time or 0),
+            end_time=int(r.info.end_time) if r.info.end_time else None,
+            params=dict(r.data.params), metrics=dict(r.data.metrics), tags=dict(r.data.tags),
+        ))
+    return rows
+
+
+def read_artifact_text(run_id: str, path: str, uri: str | None = None) -> str | None:
+    """One text artifact of a run, or None when it does not exist."""
+    import mlflow.artifacts
+
+    target = resolve_uri(uri)
+    try:
+        with tempfile.TemporaryDirectory(prefix="quantrack-dl-") as tmp:
+            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp,
+                                                        tracking_uri=target)
+            return Path(local).read_text(encoding="utf-8")
+    except Exception:  # noqa: BLE001 - missing artifact: the caller prints n/a
+        return None
+
+
+# --- provenance --------------------------------------------------------------------------------------------
+
+_GIT_REV: str | None = None
+
+
+def git_revision() -> str:
+    """The quantrack checkout's git revision (``unknown`` when installed from a wheel)."""
+    global _GIT_REV
+    if _GIT_REV is None:
+        here = Path(__file__).resolve().parent
+        try:
+            out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=5, check=False)
+            _GIT_REV = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+            if _GIT_REV != "unknown":
+                dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no",
+                                        "--", "."], capture_output=True, text=True, timeout=5, check=False)
+                if dirty.returncode == 0 and dirty.stdout.strip():
+                    _GIT_REV += "-dirty"
+        except (OSError, subprocess.SubprocessError):
+            _GIT_REV = "unknown"
+    return _GIT_REV
+
+
+def provenance_tags() -> dict[str, str]:
+    return {"quantrack.version": __version__, "quantrack.git_revision": git_revision(),
+            "quantrack.hostname": socket.gethostname()}
+
+
+def flatten(prefix: str, data: Mapping[str, Any]) -> dict[str, str]:
+    """Nested dict -> dotted keys (for params from adapter query results)."""
+    out: dict[str, str] = {}
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping):
+            out.update(flatten(key, v))
+        elif v is not None:
+            out[key] = str(v)
+    return out
+
+
+__all__ = ["RunRecord", "MetricPoint", "Tracker", "Logged", "RunRow", "log_arm", "load_runs", "sync_spool",
+           "spool_dir", "pending_spool", "resolve_uri", "server_reachable", "read_artifact_text",
+           "provenance_tags", "git_revision", "TrackingError", "DEFAULT_URI"]
