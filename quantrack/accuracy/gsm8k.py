@@ -1,0 +1,555 @@
+"""GSM8K 5-shot against a running OpenAI-compatible server: prompts, scoring, the runner.
+
+Two scoring styles, one prompt:
+
+* ``vllm`` (default): vLLM's ``tests/evals/gsm8k/gsm8k_eval.py`` (v0.33.0, ``vllm@4ba787ec9``), so
+  numbers compare with vLLM's CI. Shots are the first ``num_shots`` train examples as
+  ``"Question: {q}\\nAnswer: {a}\\n\\n"`` (L175-L203), the question is ``"Question: {q}\\nAnswer:"``,
+  stop ``["Question", "Assistant:", "<|separator|>"]`` (L303), answer = last run of digits after
+  removing commas, ``INVALID = -9999999`` (L67-L76), ``/v1/completions`` with temperature and seed
+  (L100-L110).
+* ``lm-eval``: the same prompt, scored like lm-evaluation-harness's ``gsm8k`` task
+  (``EleutherAI/lm-evaluation-harness@4e7e0d47f33bc71070c1d38394bafbb52b117163``):
+  ``lm_eval/tasks/gsm8k/gsm8k.yaml`` strict-match ``"#### (\\-?[0-9\\.\\,]+)"`` first match (L33-L37),
+  flexible-extract ``"(-?[$0-9.,]{2,})|(-?[0-9]+)"`` last match (L38-L43), stop ``until``
+  ``["Question:", "</s>", "<|im_end|>"]`` (L24-L27), exact_match with ``ignore_case`` and
+  ``regexes_to_ignore`` ``[",", "\\$", "(?s).*#### ", "\\.$"]`` (L13-L22), fallback ``"[invalid]"``
+  (``lm_eval/filters/extraction.py:L28``, tuple groups L49-L58). lm-eval draws its few-shot
+  exemplars from the train split with its own sampler; here they are the first five train examples,
+  so the *scoring* is lm-eval's and the *prompt* is vLLM's (docs/accuracy.md).
+
+Data ships in the package (``quantrack/data/gsm8k``), checked by SHA-256 when loaded.
+The transport (httpx, threads) is separate from the pure prompt/score/parse functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantrack.accuracy.records import (
+    QuestionRecord,
+    RecordWriter,
+    check_resume_meta,
+    load_records,
+    write_meta,
+)
+from quantrack.errors import BadInput, EngineError, MeasurementError, unknown
+
+TASKS = ("gsm8k",)
+STYLES = ("vllm", "lm-eval")
+FULL_TEST_SIZE = 1319
+
+# Upstream hashes (openai/grade-school-math data/{train,test}.jsonl, as served by vLLM's CI bucket).
+TEST_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
+TRAIN_SHA256 = "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"
+
+# vllm@4ba787ec9:tests/evals/gsm8k/gsm8k_eval.py:L67 and L303
+INVALID = -9999999
+STOP_VLLM = ["Question", "Assistant:", "<|separator|>"]
+# lm-evaluation-harness@4e7e0d4:lm_eval/tasks/gsm8k/gsm8k.yaml:L24-L27, L36, L42, L18-L22
+STOP_LM_EVAL = ["Question:", "</s>", "<|im_end|>"]
+LM_EVAL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+LM_EVAL_IGNORE = [r",", r"\$", r"(?s).*#### ", r"\.$"]
+LM_EVAL_FALLBACK = "[invalid]"
+
+REQUEST_TIMEOUT_S = 600.0  # vLLM's script: request timeout 600 s
+
+
+# ---------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Gsm8kData:
+    test: list[dict[str, str]]
+    shots: list[dict[str, str]]  # the first train examples, in order
+    test_sha256: str
+    source: str  # "shipped" or the --data-dir path
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    with path.open(encoding="utf-8") as fh:
+        for no, line in enumerate(fh, 1):
+            if limit is not None and len(out) >= limit:
+                break
+            if not line.strip() or line.startswith("#"):  # vLLM skips '#' lines (gsm8k_eval.py:L63)
+                continue
+            row = json.loads(line)
+            if not isinstance(row, dict) or "question" not in row or "answer" not in row:
+                raise BadInput(f"{path}:{no}: expected an object with 'question' and 'answer'")
+            out.append(row)
+    return out
+
+
+def load_data(num_shots: int, data_dir: Path | None = None) -> Gsm8kData:
+    """The test split and the first ``num_shots`` train examples, hash-checked.
+
+    Shipped data has the full test split and the first five train examples; ``data_dir`` must
+    hold upstream ``test.jsonl`` and ``train.jsonl`` (both checked against upstream hashes).
+    """
+    if data_dir is None:
+        from quantrack.resources import data_dir as shipped_root
+
+        root = shipped_root() / "gsm8k"
+        test_path, shots_path = root / "test.jsonl", root / "fewshot.jsonl"
+        got = _sha256(test_path)
+        if got != TEST_SHA256:
+            raise BadInput(f"shipped GSM8K test.jsonl is damaged (sha256 {got[:12]}..., expected "
+                           f"{TEST_SHA256[:12]}...); reinstall quantrack or pass --data-dir")
+        shots = _read_jsonl(shots_path)
+        if num_shots > len(shots):
+            raise BadInput(f"--num-shots {num_shots}: only {len(shots)} exemplars ship with quantrack; "
+                           "pass --data-dir with the full train.jsonl for more")
+        return Gsm8kData(_read_jsonl(test_path), shots[:num_shots], got, "shipped")
+    test_path, train_path = data_dir / "test.jsonl", data_dir / "train.jsonl"
+    for path, want in ((test_path, TEST_SHA256), (train_path, TRAIN_SHA256)):
+        if not path.is_file():
+            raise BadInput(f"--data-dir {data_dir}: {path.name} not found")
+        got = _sha256(path)
+        if got != want:
+            raise BadInput(f"--data-dir {data_dir}: {path.name} sha256 {got[:12]}... does not match upstream "
+                           f"{want[:12]}... (openai/grade-school-math)")
+    return Gsm8kData(_read_jsonl(test_path), _read_jsonl(train_path, limit=num_shots), TEST_SHA256, str(data_dir))
+
+
+# ---------------------------------------------------------------- prompt
+
+
+def build_fewshot(shots: list[dict[str, str]]) -> str:
+    """vllm@4ba787ec9:tests/evals/gsm8k/gsm8k_eval.py:L175-L203 with gen_prefix ''."""
+    return "".join(f"Question: {s['question']}\nAnswer: {s['answer']}\n\n" for s in shots)
+
+
+def build_prompt(fewshot: str, question: str) -> str:
+    return fewshot + f"Question: {question}\nAnswer:"
+
+
+def prompt_sha256(prompt: str) -> str:
+    """sha256 of the UTF-8 prompt: the same hash lm-eval logs as ``prompt_hash``."""
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+
+def stop_strings(style: str) -> list[str]:
+    return list(STOP_VLLM if style == "vllm" else STOP_LM_EVAL)
+
+
+# ---------------------------------------------------------------- scoring (pure)
+
+
+def extract_vllm(text: str) -> int:
+    """vLLM's ``get_answer_value``: last ``\\d+`` after removing commas, else ``INVALID``.
+
+    Same corner cases as ``ast.literal_eval`` there: a leading zero ("05") or a non-ASCII digit
+    is a SyntaxError in vLLM, so INVALID here too.
+    """
+    numbers = re.findall(r"\d+", text.replace(",", ""))
+    if not numbers:
+        return INVALID
+    last = numbers[-1]
+    if not last.isascii() or (len(last) > 1 and last[0] == "0" and last.strip("0")):
+        return INVALID
+    if len(last) > 4000:  # beyond int()'s digit limit; vLLM would crash, we call it invalid
+        return INVALID
+    return int(last)
+
+
+def lm_eval_filter(text: str, pattern: re.Pattern[str], group_select: int) -> str:
+    """lm-eval's RegexFilter: findall, pick ``group_select``, first non-empty group, strip."""
+    found = pattern.findall(text)
+    if not found:
+        return LM_EVAL_FALLBACK
+    match = found[group_select]
+    if isinstance(match, tuple):
+        nonempty = [m for m in match if m]
+        if not nonempty:
+            return LM_EVAL_FALLBACK
+        match = nonempty[0]
+    return str(match).strip()
+
+
+def lm_eval_normalize(text: str) -> str:
+    """exact_match preprocessing of gsm8k.yaml: regexes_to_ignore in order, then lower case."""
+    for rx in LM_EVAL_IGNORE:
+        text = re.sub(rx, "", text)
+    return text.lower()
+
+
+@dataclass(frozen=True)
+class Score:
+    extracted: Any  # None when invalid
+    gold: Any
+    correct: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def score(style: str, response: str, gold_answer: str) -> Score:
+    """Score one response against the dataset's answer text (``... #### 18``)."""
+    if style == "vllm":
+        pred, gold = extract_vllm(response), extract_vllm(gold_answer)
+        return Score(None if pred == INVALID else pred, gold, pred == gold)
+    gold_norm = lm_eval_normalize(gold_answer)
+    strict = lm_eval_filter(response, LM_EVAL_STRICT, 0)
+    flexible = lm_eval_filter(response, LM_EVAL_FLEXIBLE, -1)
+    flex_ok = lm_eval_normalize(flexible) == gold_norm
+    return Score(
+        None if strict == LM_EVAL_FALLBACK else strict,
+        gold_norm,
+        lm_eval_normalize(strict) == gold_norm,
+        {"extracted_flexible": None if flexible == LM_EVAL_FALLBACK else flexible, "correct_flexible": flex_ok},
+    )
+
+
+# ---------------------------------------------------------------- HTTP payloads (pure)
+
+
+def build_payload(prompt: str, *, style: str, max_tokens: int, temperature: float, seed: int,
+                  model: str | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stop": stop_strings(style),
+        "temperature": temperature,
+        "seed": seed,
+    }
+    if model:
+        payload["model"] = model
+    return payload
+
+
+def parse_completion(body: Any) -> tuple[str, int | None, int | None]:
+    """(text, prompt_tokens, completion_tokens) from a /v1/completions response body."""
+    if not isinstance(body, dict):
+        raise TypeError("response is not a JSON object")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("response has no choices")
+    text = choices[0].get("text")
+    if not isinstance(text, str):
+        raise TypeError("choices[0].text is missing")
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return text, pt if isinstance(pt, int) else None, ct if isinstance(ct, int) else None
+
+
+def normalize_base_url(base_url: str) -> str:
+    url = base_url.strip().rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise BadInput(f"--base-url {base_url!r}: expected http://HOST:PORT")
+    if "@" in url.split("/")[2]:
+        raise BadInput("--base-url: put no credentials in the URL; use --api-key or OPENAI_API_KEY")
+    url = url.removesuffix("/v1")
+    return url
+
+
+# ---------------------------------------------------------------- result
+
+
+@dataclass
+class EvalResult:
+    """An accuracy measurement (or import). ``accuracy`` is over answered questions only;
+    it is ``None`` when nothing was answered: then every report prints FILL IN."""
+
+    task: str
+    style: str | None
+    num_questions: int  # asked for
+    n: int  # answered (server replied)
+    correct: int
+    invalid: int  # answered, but no answer could be extracted
+    errors: int  # server errors: neither right nor wrong
+    accuracy: float | None
+    se: float | None
+    ci_low: float | None
+    ci_high: float | None
+    records_path: str | None = None
+    source: str = "measured"  # or "imported:vllm" ...
+    settings: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. lm-eval flexible-extract accuracy
+
+    @property
+    def invalid_rate(self) -> float | None:
+        return self.invalid / self.n if self.n else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "style": self.style, "source": self.source,
+            "num_questions": self.num_questions, "n": self.n, "correct": self.correct,
+            "invalid": self.invalid, "invalid_rate": self.invalid_rate, "errors": self.errors,
+            "accuracy": self.accuracy, "se": self.se, "ci_low": self.ci_low, "ci_high": self.ci_high,
+            "ci_method": "wilson 95%" if self.ci_low is not None else None,
+            "records_path": self.records_path, "settings": self.settings, "extra": self.extra,
+        }
+
+
+def result_from_records(records: dict[int, QuestionRecord], *, num_questions: int, style: str | None,
+                        records_path: str | None, source: str = "measured",
+                        settings: dict[str, Any] | None = None) -> EvalResult:
+    """Counts, accuracy, SE and Wilson interval from per-question records (ids < num_questions)."""
+    from quantrack.accuracy.stats import proportion
+
+    recs = [r for qid, r in records.items() if qid < num_questions]
+    answered = [r for r in recs if r.answered]
+    errors = sum(1 for r in recs if not r.answered)
+    k = sum(1 for r in answered if r.correct)
+    prop = proportion(k, len(answered))
+    extra: dict[str, Any] = {}
+    flex = [r.extra.get("correct_flexible") for r in answered if "correct_flexible" in r.extra]
+    if answered and len(flex) == len(answered):
+        fp = proportion(sum(1 for f in flex if f), len(flex))
+        extra["accuracy_flexible"] = fp.p
+        extra["ci_flexible"] = [fp.ci_low, fp.ci_high]
+    return EvalResult(
+        task="gsm8k", style=style, num_questions=num_questions, n=len(answered), correct=k,
+        invalid=sum(1 for r in answered if r.invalid), errors=errors, accuracy=prop.p, se=prop.se,
+        ci_low=prop.ci_low, ci_high=prop.ci_high, records_path=records_path, source=source,
+        settings=settings or {}, extra=extra,
+    )
+
+
+def small_sample_warning(result: EvalResult) -> str | None:
+    """Below the full 1319 questions: the SE and the smallest difference the run can detect."""
+    from quantrack.accuracy.stats import (
+        detectable_multiplier,
+        min_detectable_difference,
+        planning_se,
+    )
+
+    if result.n >= FULL_TEST_SIZE or result.n == 0:
+        return None
+    se = planning_se(result.accuracy, result.n)
+    mdd = min_detectable_difference(se)
+    basis = "observed accuracy" if result.accuracy not in (None, 0.0, 1.0) else "worst case p=0.5"
+    return (f"warning: {result.n} answered questions (< {FULL_TEST_SIZE}): SE {se * 100:.1f} pts ({basis}); "
+            f"smallest difference detectable against another run of this size: {mdd * 100:.1f} pts "
+            f"(= (z0.975 + z0.80) x sqrt(2) x SE = {detectable_multiplier():.2f} x sqrt(2) x SE; 80% power, "
+            f"two-sided alpha 0.05). Report the full {FULL_TEST_SIZE}.")
+
+
+def format_result(result: EvalResult) -> list[str]:
+    """Human-readable lines; accuracy only when measured or imported, else FILL IN."""
+    acc = "FILL IN" if result.accuracy is None else f"{result.accuracy * 100:.2f}%"
+    lines = [f"GSM8K ({result.style or 'unknown'} scoring, {result.source})"]
+    lines.append(f"  accuracy        {acc}   (correct {result.correct} / answered {result.n})")
+    if result.ci_low is not None and result.ci_high is not None and result.se is not None:
+        lines.append(f"  95% CI (Wilson) [{result.ci_low * 100:.2f}%, {result.ci_high * 100:.2f}%]   "
+                     f"SE {result.se * 100:.2f} pts")
+    elif result.accuracy is not None:
+        lines.append("  95% CI          unknown (the source gives no question count; pass --num-questions)")
+    rate = result.invalid_rate
+    lines.append(f"  invalid         {result.invalid}" + (f" ({rate * 100:.1f}% of answered)" if rate is not None else ""))
+    lines.append(f"  errors          {result.errors} of {result.num_questions} asked (not counted as wrong)")
+    if "accuracy_flexible" in result.extra and result.extra["accuracy_flexible"] is not None:
+        lines.append(f"  flexible-extract {result.extra['accuracy_flexible'] * 100:.2f}%")
+    if result.records_path:
+        lines.append(f"  records         {result.records_path}")
+    return lines
+
+
+# ---------------------------------------------------------------- runner (I/O)
+
+
+ProgressFn = Callable[[int, int, int], None]  # (done, total, errors)
+
+
+def run_gsm8k(
+    base_url: str,
+    *,
+    num_questions: int = FULL_TEST_SIZE,
+    num_shots: int = 5,
+    max_tokens: int = 256,
+    concurrency: int = 8,
+    seed: int = 42,
+    temperature: float = 0.0,
+    style: str = "vllm",
+    records_path: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    api_key: str | None = None,
+    model: str | None = None,
+    data_dir: str | Path | None = None,
+    engine: str | None = None,
+    progress: ProgressFn | None = None,
+) -> EvalResult:
+    """Ask the first ``num_questions`` GSM8K test questions, score them, write one record each.
+
+    A server error on a question is recorded (``error`` set) and counted separately; accuracy is
+    over answered questions. ``resume`` skips questions already answered in ``records_path``.
+    """
+    if style not in STYLES:
+        raise unknown("style", style, STYLES)
+    if not 1 <= num_questions <= FULL_TEST_SIZE:
+        raise BadInput(f"--num-questions {num_questions}: must be 1..{FULL_TEST_SIZE}")
+    if num_shots < 0:
+        raise BadInput(f"--num-shots {num_shots}: must be >= 0")
+    if max_tokens < 1:
+        raise BadInput(f"--max-tokens {max_tokens}: must be >= 1")
+    if not 1 <= concurrency <= 1024:
+        raise BadInput(f"--concurrency {concurrency}: must be 1..1024")
+    if temperature < 0:
+        raise BadInput(f"--temperature {temperature}: must be >= 0")
+    url = normalize_base_url(base_url)
+    data = load_data(num_shots, Path(data_dir) if data_dir is not None else None)
+    fewshot = build_fewshot(data.shots)
+
+    settings: dict[str, Any] = {
+        "task": "gsm8k", "style": style, "num_shots": num_shots, "max_tokens": max_tokens,
+        "temperature": temperature, "seed": seed, "data_sha256": data.test_sha256,
+        "num_questions": num_questions, "concurrency": concurrency, "base_url": url, "engine": engine,
+        "model": model, "data": data.source, "endpoint": "/v1/completions", "stop": stop_strings(style),
+    }
+
+    path = Path(records_path) if records_path is not None else None
+    done: dict[int, QuestionRecord] = {}
+    if path is not None:
+        if resume and path.exists():
+            check_resume_meta(path, settings)
+            done = {qid: r for qid, r in load_records(path).items() if r.answered}
+        elif path.exists() and not overwrite:
+            raise BadInput(f"--output {path} exists: pass --resume to continue it, or choose another --output")
+
+    prompts = {i: build_prompt(fewshot, data.test[i]["question"]) for i in range(num_questions)}
+    # a finished record only counts if it was asked with this very prompt
+    done = {qid: r for qid, r in done.items() if qid in prompts and r.prompt_sha256 == prompt_sha256(prompts[qid])}
+    todo = [i for i in range(num_questions) if i not in done]
+
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S) as client:
+        if todo and model is None:
+            model = _served_model(client, url)
+        settings["model"] = model
+        if path is not None:
+            write_meta(path, settings)
+        writer = RecordWriter(path, resume=resume) if path is not None else None
+        records: dict[int, QuestionRecord] = dict(done)
+        try:
+            _ask_all(client, todo, prompts, data, style=style, max_tokens=max_tokens, temperature=temperature,
+                     seed=seed, model=model, concurrency=concurrency, writer=writer, records=records,
+                     progress=progress, already=len(done), total=num_questions)
+        finally:
+            if writer is not None:
+                writer.close()
+    return result_from_records(records, num_questions=num_questions, style=style,
+                               records_path=str(path) if path else None, settings=settings)
+
+
+def _served_model(client: Any, url: str) -> str | None:
+    """The first model id from /v1/models (vLLM and SGLang reject a completion without one)."""
+    import httpx
+
+    try:
+        resp = client.get("/v1/models")
+    except httpx.HTTPError as exc:
+        raise EngineError(f"cannot reach the server at {url}: {type(exc).__name__}: {exc}") from None
+    if resp.status_code in (401, 403):
+        raise EngineError(f"{url}/v1/models answered HTTP {resp.status_code}: pass --api-key or set OPENAI_API_KEY")
+    if resp.status_code != 200:
+        raise EngineError(f"{url}/v1/models answered HTTP {resp.status_code}; pass --model")
+    try:
+        data = resp.json().get("data") or []
+        return str(data[0]["id"]) if data else None
+    except (ValueError, AttributeError, KeyError, IndexError, TypeError):
+        raise EngineError(f"{url}/v1/models did not return an OpenAI model list; pass --model") from None
+
+
+def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], data: Gsm8kData, *, style: str,
+             max_tokens: int, temperature: float, seed: int, model: str | None, concurrency: int,
+             writer: RecordWriter | None, records: dict[int, QuestionRecord], progress: ProgressFn | None,
+             already: int, total: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    errors = 0
+    finished = already
+    if progress:
+        progress(finished, total, errors)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gsm8k")
+    try:
+        futures = [
+            pool.submit(_ask_one, client, qid, prompts[qid], data.test[qid]["answer"], style=style,
+                        max_tokens=max_tokens, temperature=temperature, seed=seed, model=model)
+            for qid in todo
+        ]
+        for fut in as_completed(futures):
+            rec = fut.result()
+            records[rec.id] = rec
+            if writer is not None:
+                writer.write(rec)
+            finished += 1
+            errors += 0 if rec.answered else 1
+            if progress:
+                progress(finished, total, errors)
+    finally:
+        # on Ctrl-C: drop what has not started; finished records are already on disk
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ask_one(client: Any, qid: int, prompt: str, gold_answer: str, *, style: str, max_tokens: int,
+             temperature: float, seed: int, model: str | None) -> QuestionRecord:
+    import httpx
+
+    payload = build_payload(prompt, style=style, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                            model=model)
+    sha = prompt_sha256(prompt)
+    t0 = time.perf_counter()
+    try:
+        resp = client.post("/v1/completions", json=payload)
+        latency = time.perf_counter() - t0
+        if resp.status_code != 200:
+            raise ValueError(f"HTTP {resp.status_code}: {_short(resp.text)}")
+        text, pt, ct = parse_completion(resp.json())
+    except (httpx.HTTPError, ValueError, TypeError) as exc:
+        return QuestionRecord(id=qid, prompt_sha256=sha, response=None, extracted=None, gold=None, correct=None,
+                              error=f"{type(exc).__name__}: {_short(str(exc))}",
+                              latency_s=round(time.perf_counter() - t0, 4), style=style)
+    sc = score(style, text, gold_answer)
+    return QuestionRecord(id=qid, prompt_sha256=sha, response=text, extracted=sc.extracted, gold=sc.gold,
+                          correct=sc.correct, error=None, latency_s=round(latency, 4), prompt_tokens=pt,
+                          completion_tokens=ct, style=style, extra=dict(sc.extra))
+
+
+def _short(text: str, limit: int = 200) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[:limit] + "..."
+
+
+def raise_if_errors(result: EvalResult) -> None:
+    """The run fails (exit 1) when any question errored, unless the caller allows it."""
+    if result.errors:
+        where = f"; records kept in {result.records_path}, rerun with --resume to retry them" if result.records_path else ""
+        raise MeasurementError(f"{result.errors} of {result.num_questions} questions got a server error{where} "
+                               "(or pass --allow-errors)")
+
+
+__all__ = [
+    "INVALID",
+    "STOP_LM_EVAL",
+    "STOP_VLLM",
+    "EvalResult",
+    "build_fewshot",
+    "build_payload",
+    "build_prompt",
+    "extract_vllm",
+    "format_result",
+    "lm_eval_filter",
+    "lm_eval_normalize",
+    "load_data",
+    "parse_completion",
+    "prompt_sha256",
+    "raise_if_errors",
+    "result_from_records",
+    "run_gsm8k",
+    "score",
+    "small_sample_warning",
+]
