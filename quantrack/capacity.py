@@ -1,0 +1,563 @@
+"""Capacity arithmetic: weights, KV budget, KV tokens and concurrency per arm (pure, no I/O).
+
+Two models live here, and every output says which one it came from:
+
+* ``plan``: the seeds' **naive** arithmetic (lab06 §1, vllm-article Experiment 1): every parameter at the
+  format's bytes, ``budget = memory * tp * util - weights - overhead``, ``tokens = floor(budget / kv_bytes)``.
+  It ignores what an engine reserves, so it is an upper bound. It reproduces the seeds' tables exactly.
+* ``predict_engine``: an **engine-aware** prediction of the number the engine will log (vLLM's
+  "GPU KV cache size", SGLang's ``max_total_num_tokens``, llama.cpp's KV buffer size), following the engines'
+  own budgeting code as summarised in ../shared/reference/engine-facts.md §4, with the few constants that are not
+  derivable from shapes calibrated on real H200 logs and documented in docs/capacity-model.md.
+
+Everything here is derived, never measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.catalog import GPU, ModelShape
+from quantrack.errors import BadInput
+
+GiB = 1024**3
+MiB = 1024**2
+
+# --- bytes per weight parameter ---------------------------------------------------------------------------
+# 4-bit weight-only (AWQ/GPTQ, group size 128): 4 bits per weight, plus per group of 128 weights one fp16 scale
+# (2 bytes) and one packed 4-bit zero point (0.5 byte): (2 + 0.5) / 128 = 0.01953 byte/weight (+3.9%).
+W4A16_GROUP_SIZE = 128
+W4A16_GROUP_OVERHEAD = (2 + 0.5) / W4A16_GROUP_SIZE
+_DENSE_WEIGHT_BYTES: dict[str, float] = {
+    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
+    "w4a16": 0.5 + W4A16_GROUP_OVERHEAD,
+    # NVFP4: 4-bit E2M1 values + one FP8 E4M3 scale per 16 values (1/16 byte); MXFP4: + one E8M0 per 32.
+    "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32,
+}
+# GGUF / KV names that map onto gguf.constants.GGMLQuantizationType members.
+_GGML_NAMES = {
+    "f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q6_k": "Q6_K", "q5_0": "Q5_0",
+    "q5_1": "Q5_1", "q5_k": "Q5_K", "q4_0": "Q4_0", "q4_1": "Q4_1", "q4_k": "Q4_K", "iq4_nl": "IQ4_NL",
+}
+# KV-cache element sizes for engine (GPU) dtypes. nvfp4: 4-bit value + FP8 scale per 16 = 0.5625 byte
+# (approximate: vLLM/SGLang also keep a per-tensor scale; engine-facts §4.3 "extra terms for FP4 scales").
+_KV_BYTES: dict[str, float] = {
+    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
+    "nvfp4": 0.5 + 1 / 16,
+}
+_KV_GGML = {"f32", "f16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+
+
+def ggml_block(type_name: str) -> tuple[int, int]:
+    """(weights per block, bytes per block) for a GGML type, from gguf.constants.GGML_QUANT_SIZES."""
+    from gguf.constants import (  # lazy: gguf is not needed otherwise
+        GGML_QUANT_SIZES,
+        GGMLQuantizationType,
+    )
+
+    key = _GGML_NAMES.get(type_name.lower(), type_name.upper())
+    try:
+        qtype = GGMLQuantizationType[key]
+    except KeyError:
+        raise BadInput(f"unknown GGML type {type_name!r}") from None
+    block, size = GGML_QUANT_SIZES[qtype]
+    return int(block), int(size)
+
+
+def ggml_row_size(type_name: str, n: int) -> int:
+    """Bytes of one row of ``n`` elements of a GGML type (ggml_row_size: n / block * block bytes)."""
+    block, size = ggml_block(type_name)
+    if n % block:
+        raise BadInput(f"row of {n} elements is not a multiple of the {type_name} block size {block}")
+    return n // block * size
+
+
+def weight_bytes_per_param(fmt: str) -> float:
+    """Bytes per parameter for a weight format (naive: every parameter stored in this format)."""
+    f = fmt.lower()
+    if f in _DENSE_WEIGHT_BYTES:
+        return _DENSE_WEIGHT_BYTES[f]
+    if f in _GGML_NAMES:
+        block, size = ggml_block(f)
+        return size / block
+    raise BadInput(f"no byte size known for weights format {fmt!r}")
+
+
+def kv_bytes_per_element(dtype: str) -> float:
+    """Bytes per stored K or V element for a KV-cache dtype (GGML types: block bytes / block size)."""
+    d = dtype.lower()
+    if d in _KV_BYTES:
+        return _KV_BYTES[d]
+    if d in _KV_GGML:
+        block, size = ggml_block(d)
+        return size / block
+    raise BadInput(f"no byte size known for KV-cache dtype {dtype!r}")
+
+
+def kv_dtype_of(arm: Arm, model_dtype: str = "bf16") -> str:
+    """The KV dtype an arm stores ('auto' -> the model's activation dtype; fp8 -> fp8)."""
+    kv = arm.kv_effective(model_dtype)
+    return "bf16" if kv == "auto" else kv
+
+
+def kv_bytes_per_token(shape: ModelShape, kv_dtype: str, tp: int = 1) -> float:
+    """K+V bytes per token across all layers (per rank under TP: KV heads are split, at least 1 per rank)."""
+    heads = kv_heads_per_rank(shape, tp)
+    v_dim = shape.v_head_dim or shape.head_dim
+    return shape.layers * heads * (shape.head_dim + v_dim) * kv_bytes_per_element(kv_dtype)
+
+
+def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
+    # vLLM/SGLang replicate KV heads when tp > kv_heads, so each rank holds max(1, kv_heads // tp).
+    return max(1, shape.kv_heads // tp)
+
+
+def naive_weight_bytes(shape: ModelShape, fmt: str) -> float:
+    return shape.params * weight_bytes_per_param(fmt)
+
+
+def engine_weight_bytes(shape: ModelShape, fmt: str) -> tuple[float, list[str]]:
+    """Weights as GPU engines hold them: quantized body, embedding + LM head left at 16 bits.
+
+    vLLM/SGLang quantize Linear layers only; VocabParallelEmbedding and the LM head stay bf16 (online FP8
+    on the H200: 8.5 GiB logged, not 8,030,261,248 x 1 B = 7.48 GiB; ../shared/data/vllm-h200/vllm-0.25.0-fp8.log).
+    """
+    f = fmt.lower()
+    per = weight_bytes_per_param(f)
+    notes: list[str] = []
+    if per >= 2.0 or f in _GGML_NAMES:
+        return shape.params * per, notes
+    emb = shape.embedding_params
+    if not emb:
+        notes.append("vocab/hidden size unknown: embedding + LM head counted at the quantized size")
+        return shape.params * per, notes
+    notes.append(f"embedding + LM head ({emb:,} params{', tied' if shape.tied_embeddings else ''}) kept at 2 bytes")
+    return (shape.params - emb) * per + emb * 2.0, notes
+
+
+# --- the naive plan -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PlanRow:
+    """One arm of the naive plan (plus, optionally, the engine-aware prediction beside it)."""
+
+    arm: str
+    weights_format: str
+    kv_dtype: str
+    weights_bytes: float
+    kv_budget_bytes: float
+    kv_bytes_per_token: float
+    token_capacity: int
+    context_len: int
+    concurrency: float
+    vs_baseline: float | None
+    fits: bool
+    notes: list[str] = field(default_factory=list)
+    engine: str | None = None
+    engine_tokens: int | None = None
+    engine_weights_bytes: float | None = None
+    engine_kv_bytes: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable snake_case keys for --format json/csv (documented in docs/capacity-model.md)."""
+        return {
+            "arm": self.arm,
+            "weights_format": self.weights_format,
+            "kv_dtype": self.kv_dtype,
+            "weights_gib": round(self.weights_bytes / GiB, 4),
+            "weights_gb": round(self.weights_bytes / 1e9, 4),
+            "kv_budget_gib": round(self.kv_budget_bytes / GiB, 4),
+            "kv_budget_gb": round(self.kv_budget_bytes / 1e9, 4),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "token_capacity": self.token_capacity,
+            "context_len": self.context_len,
+            "concurrency": round(self.concurrency, 2),
+            "vs_baseline": None if self.vs_baseline is None else round(self.vs_baseline, 2),
+            "fits": self.fits,
+            "engine": self.engine,
+            "engine_tokens": self.engine_tokens,
+            "engine_weights_gib": None if self.engine_weights_bytes is None else round(self.engine_weights_bytes / GiB, 4),
+            "engine_kv_gib": None if self.engine_kv_bytes is None else round(self.engine_kv_bytes / GiB, 4),
+            "basis": "derived",
+            "notes": "; ".join(self.notes),
+        }
+
+
+def _check_common(util: float, tp: int, memory_bytes: float, context_len: int | None) -> None:
+    if not (0 < util <= 1):
+        raise BadInput(f"--util must be in (0, 1], got {util}")
+    if tp < 1:
+        raise BadInput(f"--tp must be at least 1, got {tp}")
+    if memory_bytes <= 0:
+        raise BadInput("GPU memory must be greater than zero")
+    if context_len is not None and context_len <= 0:
+        raise BadInput(f"--context-len must be greater than zero, got {context_len}")
+
+
+def check_shape(shape: ModelShape) -> None:
+    for name in ("params", "layers", "kv_heads", "head_dim"):
+        value = getattr(shape, name)
+        if value is None or value <= 0:
+            raise BadInput(f"model {shape.name!r}: {name} must be greater than zero, got {value}")
+
+
+def plan(
+    shape: ModelShape,
+    memory_bytes: float,
+    arms: list[Arm],
+    util: float = 0.92,
+    overhead_bytes: float = 0,
+    tp: int = 1,
+    context_len: int | None = None,
+) -> list[PlanRow]:
+    """The seeds' arithmetic per arm; the first arm is the baseline for ``vs_baseline``.
+
+    ``memory_bytes`` is per device; the budget is ``memory_bytes * tp * util - weights - overhead`` (weights and
+    KV are summed over the TP group, as lab06 answer 1 does for 70B on 2 x 80 GiB).
+    """
+    if not arms:
+        raise BadInput("no arms to plan")
+    check_shape(shape)
+    _check_common(util, tp, memory_bytes, context_len)
+    if overhead_bytes < 0:
+        raise BadInput("--overhead must not be negative")
+    ctx = context_len or shape.max_context or 4096
+    usable = memory_bytes * tp * util
+    rows: list[PlanRow] = []
+    for arm in arms:
+        kv = kv_dtype_of(arm, shape.dtype)
+        weights = naive_weight_bytes(shape, arm.weights)
+        per_token = kv_bytes_per_token(shape, kv, tp=1) * 1  # summed over ranks == unsplit model
+        budget = usable - weights - overhead_bytes
+        fits = budget > 0
+        tokens = int(math.floor(budget / per_token)) if fits else 0
+        notes = [f"not modelled: {u}" for u in shape.unsupported]
+        if fits and tokens < ctx:
+            notes.append(f"fewer KV tokens than one {ctx}-token request")
+        rows.append(PlanRow(
+            arm=arm.name, weights_format=arm.weights, kv_dtype=kv, weights_bytes=weights,
+            kv_budget_bytes=budget, kv_bytes_per_token=per_token, token_capacity=tokens, context_len=ctx,
+            concurrency=tokens / ctx, vs_baseline=None, fits=fits, notes=notes,
+        ))
+    base = rows[0]
+    for r in rows:
+        r.vs_baseline = (r.token_capacity / base.token_capacity) if (base.fits and base.token_capacity) else None
+    return rows
+
+
+# --- engine-aware prediction --------------------------------------------------------------------------------
+
+# Calibrated constants (docs/capacity-model.md says how; each is one number fitted on the real H200 logs).
+# vLLM: memory counted in non_kv beyond weights + activation peak + sampler logits: non-torch growth after the
+# snapshot (cuBLAS workspace, ...) and the runner's persistent buffers. Fitted on vllm-0.25.0-bf16.log.
+VLLM_NON_TORCH_BYTES = int(0.60 * GiB)
+# SGLang: device memory already in use before the pre-load baseline (CUDA context, torch.distributed init):
+# total 143771 MiB = 140.40 GiB vs "Load weight begin. avail mem=139.09 GB" in sglang-0.5.16-bf16.log.
+SGLANG_PRELOAD_USED_BYTES = int(1.31 * GiB)
+ENGINES = ("vllm", "sglang", "llamacpp")
+
+
+@dataclass
+class EnginePrediction:
+    """What one engine is predicted to log for one arm (derived)."""
+
+    engine: str
+    arm: str
+    kv_dtype: str
+    naive_tokens: int
+    engine_tokens: int
+    weights_bytes: float  # per rank, as the engine holds them
+    kv_bytes: float  # per rank, the KV pool the engine allocates
+    kv_bytes_per_token: float  # per rank
+    reserved: dict[str, float] = field(default_factory=dict)  # bytes per component (per rank)
+    settings: dict[str, Any] = field(default_factory=dict)  # the engine settings the prediction assumed
+    assumptions: list[str] = field(default_factory=list)
+    context_len: int | None = None
+
+    @property
+    def max_concurrency(self) -> float | None:
+        return None if not self.context_len else self.engine_tokens / self.context_len
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["weights_gib"] = round(self.weights_bytes / GiB, 4)
+        d["kv_gib"] = round(self.kv_bytes / GiB, 4)
+        d["reserved_gib"] = {k: round(v / GiB, 4) for k, v in self.reserved.items()}
+        d["max_concurrency"] = None if self.max_concurrency is None else round(self.max_concurrency, 2)
+        d["basis"] = "derived"
+        return d
+
+
+def _vllm_defaults(total_bytes: float, gpu_name: str | None) -> tuple[int, int]:
+    """vLLM V1 online-serving defaults: (max_num_batched_tokens, max_num_seqs).
+
+    8192 / 1024 on GPUs with >= 70 GiB that are not A100, else 2048 / 256 (vllm tests/engine/test_arg_utils.py
+    ``test_defaults_with_usage_context``, OPENAI_API_SERVER; the H200 log confirms 8192).
+    """
+    big = total_bytes >= 70 * GiB and "a100" not in (gpu_name or "").lower()
+    return (8192, 1024) if big else (2048, 256)
+
+
+def _sglang_defaults(total_mib: float, tp: int) -> tuple[int, int]:
+    """SGLang's GPU-memory tiers: (chunked_prefill_size, decode cuda_graph_max_bs) (server_args)."""
+    small_tp = tp < 4
+    if total_mib < 20 * 1024:
+        return 2048, 8
+    if total_mib < 35 * 1024:
+        return 2048, 24 if small_tp else 80
+    if total_mib < 60 * 1024:
+        return 4096, 32 if small_tp else 160
+    if total_mib < 160 * 1024:
+        return 8192, 256 if small_tp else 512
+    return 16384, 512
+
+
+def sglang_prefill_graph_sizes(max_tokens: int) -> list[int]:
+    """Prefill CUDA-graph token sizes as logged by SGLang 0.5.16 on the H200 (58 sizes up to 8192)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, 16385, 512)))
+    return [s for s in sizes if s <= max_tokens]
+
+
+def sglang_default_mem_fraction(total_bytes: float, tp: int = 1, chunked_prefill_size: int | None = None,
+                                cuda_graph_max_bs: int | None = None) -> float:
+    """Default --mem-fraction-static (engine-facts §4.3, memory_hook.py L281-L327): 0.903 on the H200."""
+    total_mib = total_bytes / MiB
+    chunk, max_bs = _sglang_defaults(total_mib, tp)
+    chunk = chunked_prefill_size or chunk
+    max_bs = cuda_graph_max_bs or max_bs
+    reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024
+    reserved += max_bs * 2 + len(sglang_prefill_graph_sizes(chunk)) * 8  # reserve_for_graph_mb (non-MLA)
+    if total_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((total_mib - reserved) / total_mib, 3)
+
+
+def predict_engine(
+    shape: ModelShape,
+    gpu_memory_bytes: float,
+    arm: Arm,
+    engine: str = "vllm",
+    util: float | None = None,
+    context_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    tp: int = 1,
+    *,
+    max_num_seqs: int | None = None,
+    gpu_name: str | None = None,
+    block_size: int = 16,
+    page_size: int = 1,
+    n_parallel: int = 1,
+    kv_unified: bool = False,
+) -> EnginePrediction:
+    """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``)."""
+    check_shape(shape)
+    if engine not in ENGINES:
+        raise BadInput(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    if util is not None:
+        _check_common(util, tp, gpu_memory_bytes, context_len)
+    else:
+        _check_common(0.5, tp, gpu_memory_bytes, context_len)
+    if shape.params_exact:
+        # engines load every parameter: use the exact count where the catalog keeps a seed's rounded one
+        shape = replace(shape, params=float(shape.params_exact))
+    kv = kv_dtype_of(arm, shape.dtype)
+    if engine == "llamacpp":
+        return _predict_llamacpp(shape, arm, kv, context_len, n_parallel, kv_unified)
+    ctx = context_len or shape.max_context or 4096
+    weights_total, w_notes = engine_weight_bytes(shape, arm.weights)
+    weights = weights_total / tp
+    per_token = kv_bytes_per_token(shape, kv, tp)
+    naive = plan(shape, gpu_memory_bytes, [arm], util=util or 0.92, tp=tp, context_len=ctx)[0].token_capacity
+    assumptions = list(w_notes) + [f"not modelled: {u}" for u in shape.unsupported]
+    if tp > 1:
+        assumptions.append(f"TP {tp}: weights split evenly; {kv_heads_per_rank(shape, tp)} KV head(s) per rank; "
+                           "NCCL buffers not modelled")
+    if engine == "vllm":
+        return _predict_vllm(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, max_num_seqs,
+                             tp, gpu_name, block_size, weights, per_token, naive, assumptions)
+    return _predict_sglang(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, tp, page_size,
+                           weights, per_token, naive, assumptions)
+
+
+def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: float | None, ctx: int,
+                  mnbt: int | None, mns: int | None, tp: int, gpu_name: str | None, block_size: int,
+                  weights: float, per_token: float, naive: int, assumptions: list[str]) -> EnginePrediction:
+    util = 0.92 if util is None else util
+    d_tokens, d_seqs = _vllm_defaults(total, gpu_name)
+    tokens_batched = mnbt or d_tokens
+    seqs = mns or d_seqs
+    requested = math.ceil(total * util)  # vllm gpu_worker: ceil(total_memory * gpu_memory_utilization)
+    hidden = shape.hidden_size or shape.attention_heads and shape.attention_heads * shape.head_dim or 0
+    inter = shape.intermediate_size or 4 * hidden
+    vocab = shape.vocab_size or 0
+    # profile_run at max_num_batched_tokens, bf16 activations: gate_up output (2I) + activation output (I)
+    # per rank, plus residual and hidden stream (2H).
+    activation = tokens_batched * (3 * inter / tp + 2 * hidden) * 2
+    # dummy sampler run: fp32 logits for max_num_seqs requests over the full vocabulary.
+    sampler = seqs * vocab * 4
+    non_torch = VLLM_NON_TORCH_BYTES
+    kv_bytes = requested - weights - activation - sampler - non_torch
+    page = per_token * block_size
+    blocks = max(0, int(kv_bytes // page))
+    tokens = blocks * block_size
+    rounding = max(0.0, kv_bytes - blocks * page)
+    if ctx % block_size:
+        assumptions.append("context length not a multiple of the block size: concurrency rounds per block")
+    assumptions += [
+        f"vLLM V1 (0.25.0 V2 model runner): requested = ceil(total x {util}); CUDA graphs captured after KV "
+        "sizing, so outside this budget (no 'Estimated CUDA graph memory' line in the H200 logs)",
+        f"max_num_batched_tokens {tokens_batched}, max_num_seqs {seqs}"
+        + (" (vLLM online-serving defaults for this GPU)" if not (mnbt or mns) else ""),
+        f"non-torch + persistent buffers {VLLM_NON_TORCH_BYTES / GiB:.2f} GiB: calibrated on one H200 log",
+        f"blocks of {block_size} tokens",
+    ]
+    return EnginePrediction(
+        engine="vllm", arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
+        weights_bytes=weights, kv_bytes=max(0.0, kv_bytes), kv_bytes_per_token=per_token,
+        reserved={"activation_peak": activation, "sampler_logits": sampler, "non_torch": non_torch,
+                  "cuda_graphs": 0.0, "block_rounding": rounding, "headroom_1_minus_util": total - requested},
+        settings={"util": util, "max_num_batched_tokens": tokens_batched, "max_num_seqs": seqs,
+                  "block_size": block_size, "tp": tp, "requested_bytes": requested},
+        assumptions=assumptions, context_len=ctx,
+    )
+
+
+def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: float | None, ctx: int,
+                    chunk: int | None, tp: int, page_size: int, weights: float, per_token: float, naive: int,
+                    assumptions: list[str]) -> EnginePrediction:
+    chunk_default, max_bs = _sglang_defaults(total / MiB, tp)
+    chunk = chunk or chunk_default
+    given = mfs is not None
+    mfs = mfs if mfs is not None else sglang_default_mem_fraction(total, tp, chunk, max_bs)
+    pre_free = total - SGLANG_PRELOAD_USED_BYTES
+    # kv_cache_configurator: rest = free_after_load - pre_load_free * (1 - mem_fraction_static)
+    rest = (pre_free - weights) - pre_free * (1 - mfs)
+    raw = int(rest // per_token) if rest > 0 else 0
+    tokens = raw // page_size * page_size
+    assumptions += [
+        f"SGLang: mem_fraction_static {mfs}" + ("" if given else " (default formula, memory_hook)"),
+        f"memory in use before the weights {SGLANG_PRELOAD_USED_BYTES / GiB:.2f} GiB: calibrated on one H200 log",
+        "weights = free-memory delta at load; allocator slack after online quantization not modelled",
+        f"chunked_prefill_size {chunk}, decode cuda_graph_max_bs {max_bs}, page size {page_size}",
+    ]
+    return EnginePrediction(
+        engine="sglang", arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
+        weights_bytes=weights, kv_bytes=max(0.0, rest), kv_bytes_per_token=per_token,
+        reserved={"preload_used": float(SGLANG_PRELOAD_USED_BYTES), "runtime_slack": pre_free * (1 - mfs),
+                  "page_rounding": max(0.0, rest - tokens * per_token)},
+        settings={"mem_fraction_static": mfs, "chunked_prefill_size": chunk, "cuda_graph_max_bs": max_bs,
+                  "page_size": page_size, "tp": tp},
+        assumptions=assumptions, context_len=ctx,
+    )
+
+
+def llamacpp_kv_bytes(shape: ModelShape, cells: int, type_k: str = "f16", type_v: str = "f16") -> tuple[int, int]:
+    """(K bytes, V bytes) of llama.cpp's KV cache: n_layers x cells x row_size(type, n_embd_{k,v}_gqa).
+
+    llama.cpp@0c1e57098:src/llama-kv-cache.cpp:L233-L234 (one 3-D tensor per layer), printed at L301.
+    ``cells`` is the total over streams (kv_size x n_stream).
+    """
+    n_embd_k = shape.kv_heads * shape.head_dim
+    n_embd_v = shape.kv_heads * (shape.v_head_dim or shape.head_dim)
+    return (shape.layers * cells * ggml_row_size(type_k, n_embd_k),
+            shape.layers * cells * ggml_row_size(type_v, n_embd_v))
+
+
+def llamacpp_cells(n_ctx: int, n_parallel: int = 1, kv_unified: bool = False) -> tuple[int, int]:
+    """(cells per stream, streams): one stream of n_ctx cells when unified, else n_parallel of n_ctx/n_parallel.
+
+    Seen in xllamacpp 2026.10.11549 (engine-facts §1.5): n_ctx 2048, 4 slots -> "512 cells, 4/4 seqs".
+    Padding of n_ctx is not modelled (both real configurations used multiples of 256).
+    """
+    if n_ctx <= 0 or n_parallel <= 0:
+        raise BadInput("n_ctx and n_parallel must be greater than zero")
+    if kv_unified or n_parallel == 1:
+        return n_ctx, 1
+    return n_ctx // n_parallel, n_parallel
+
+
+def _ggml_kv_type(kv: str) -> str:
+    return {"bf16": "f16", "fp16": "f16", "auto": "f16", "fp32": "f32"}.get(kv, kv)
+
+
+def _predict_llamacpp(shape: ModelShape, arm: Arm, kv: str, context_len: int | None, n_parallel: int,
+                      kv_unified: bool) -> EnginePrediction:
+    n_ctx = context_len or shape.max_context or 4096
+    per_stream, streams = llamacpp_cells(n_ctx, n_parallel, kv_unified)
+    cells = per_stream * streams
+    t = _ggml_kv_type(kv)
+    if t not in _KV_GGML:
+        raise BadInput(f"llama.cpp has no KV-cache type {kv!r}; use one of {', '.join(sorted(_KV_GGML))}")
+    k_bytes, v_bytes = llamacpp_kv_bytes(shape, cells, t, t)
+    weights = naive_weight_bytes(shape, arm.weights)
+    return EnginePrediction(
+        engine="llamacpp", arm=arm.name, kv_dtype=t, naive_tokens=cells, engine_tokens=cells,
+        weights_bytes=weights, kv_bytes=float(k_bytes + v_bytes),
+        kv_bytes_per_token=(k_bytes + v_bytes) / cells, reserved={"k_bytes": float(k_bytes), "v_bytes": float(v_bytes)},
+        settings={"n_ctx": n_ctx, "cells_per_stream": per_stream, "streams": streams, "type_k": t, "type_v": t},
+        assumptions=["llama.cpp allocates the whole KV cache up front: size is exact, not a budget residual",
+                     f"{streams} stream(s) of {per_stream} cells (kv_unified={str(kv_unified).lower()})",
+                     "weights: every tensor at the file type's size (real GGUF files mix types per tensor)"],
+        context_len=per_stream,
+    )
+
+
+def predict_for_arm(
+    shape: ModelShape,
+    gpu: GPU | float,
+    arm: Arm,
+    engine: str = "vllm",
+    util: float | None = None,
+    context_len: int | None = None,
+    tp: int = 1,
+) -> dict[str, Any]:
+    """Naive plan + engine-aware prediction for one arm, as one flat dict (used by preflight, logs reconcile, run).
+
+    ``gpu`` is a catalog GPU (its device-reported total is used) or a per-device size in bytes.
+    """
+    if isinstance(gpu, GPU):
+        if gpu.vendor == "cpu" and engine != "llamacpp":
+            raise BadInput(f"{gpu.name} has no fixed memory; give a memory size instead")
+        total, gpu_name = float(gpu.total_bytes), gpu.name
+    else:
+        total, gpu_name = float(gpu), None
+    if engine == "llamacpp":
+        pred = predict_engine(shape, total or 1.0, arm, "llamacpp", context_len=context_len)
+        return {"arm": arm.name, "engine": engine, "naive_tokens": None, "engine_tokens": pred.engine_tokens,
+                "engine_kv_bytes": pred.kv_bytes, "engine_kv_mib": round(pred.kv_bytes / MiB, 2),
+                "weights_naive_gib": round(pred.weights_bytes / GiB, 4), "prediction": pred.to_dict(),
+                "basis": "derived"}
+    row = plan(shape, total, [arm], util=util if util is not None else 0.92, tp=tp, context_len=context_len)[0]
+    pred = predict_engine(shape, total, arm, engine, util=util, context_len=row.context_len, tp=tp, gpu_name=gpu_name)
+    return {
+        "arm": arm.name, "engine": engine, "kv_dtype": pred.kv_dtype,
+        "naive_tokens": row.token_capacity, "naive_weights_gib": round(row.weights_bytes / GiB, 4),
+        "naive_kv_budget_gib": round(row.kv_budget_bytes / GiB, 4), "fits": row.fits and pred.engine_tokens > 0,
+        "engine_tokens": pred.engine_tokens, "engine_weights_gib": round(pred.weights_bytes / GiB, 4),
+        "engine_kv_gib": round(pred.kv_bytes / GiB, 4),
+        "engine_max_concurrency": None if pred.max_concurrency is None else round(pred.max_concurrency, 2),
+        "context_len": row.context_len, "prediction": pred.to_dict(), "basis": "derived",
+    }
+
+
+__all__ = [
+    "W4A16_GROUP_OVERHEAD",
+    "EnginePrediction",
+    "PlanRow",
+    "engine_weight_bytes",
+    "kv_bytes_per_element",
+    "kv_bytes_per_token",
+    "llamacpp_cells",
+    "llamacpp_kv_bytes",
+    "naive_weight_bytes",
+    "plan",
+    "predict_engine",
+    "predict_for_arm",
+    "sglang_default_mem_fraction",
+    "weight_bytes_per_param",
+]
