@@ -234,7 +234,7 @@ def plan(
         per_token = kv_bytes_per_token(shape, kv, tp=1) * 1  # summed over ranks == unsplit model
         budget = usable - weights - overhead_bytes
         fits = budget > 0
-        tokens = int(math.floor(budget / per_token)) if fits else 0
+        tokens = math.floor(budget / per_token) if fits else 0
         notes = [f"not modelled: {u}" for u in shape.unsupported]
         if fits and tokens < ctx:
             notes.append(f"fewer KV tokens than one {ctx}-token request")
@@ -409,8 +409,8 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
     if ctx % block_size:
         assumptions.append("context length not a multiple of the block size: concurrency rounds per block")
     assumptions += [
-        f"vLLM V1 (0.25.0 V2 model runner): requested = ceil(total x {util}); CUDA graphs captured after KV "
-        "sizing, so outside this budget (no 'Estimated CUDA graph memory' line in the H200 logs)",
+        (f"vLLM V1 (0.25.0 V2 model runner): requested = ceil(total x {util}); CUDA graphs captured after KV "
+        "sizing, so outside this budget (no 'Estimated CUDA graph memory' line in the H200 logs)"),
         f"max_num_batched_tokens {tokens_batched}, max_num_seqs {seqs}"
         + (" (vLLM online-serving defaults for this GPU)" if not (mnbt or mns) else ""),
         f"non-torch + persistent buffers {VLLM_NON_TORCH_BYTES / GiB:.2f} GiB: calibrated on one H200 log",
