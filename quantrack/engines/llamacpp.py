@@ -1,0 +1,353 @@
+"""llama.cpp adapter: ``llama-server`` argv (or quantrack's xllamacpp entry point when no binary is
+on PATH), startup-log parser and live queries (``/props``, ``/v1/models``, ``/slots``, ``/metrics``).
+
+Log format strings: engine-facts.md §1.4 (llama.cpp@0c1e57098); prefix ``M.SS.mmm.uuu L `` as
+printed by the server in ``xllamacpp==2026.10.11549`` (§1.5, real logs in ../shared/data/llamacpp-cpu).
+Patterns match the text after the ``__func__:`` prefix, so plain and timestamped forms both parse.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.logparse import (
+    Line,
+    ReportBuilder,
+    parse_float,
+    parse_int,
+    read_log_bytes,
+    scan,
+)
+from quantrack.errors import BadInput
+
+# -ctk/-ctv types: llama.cpp@0c1e57098:common/arg.cpp:L304-L323 (kv_cache_types)
+LLAMACPP_KV = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+KV_ALIASES = {"fp16": "f16", "fp32": "f32"}
+GPU_ONLY_WEIGHTS = {"fp8", "int8", "w4a16", "nvfp4"}
+
+
+def llamacpp_kv(arm: Arm) -> str | None:
+    """The -ctk/-ctv type for this arm (None = llama.cpp's default f16)."""
+    if arm.weights in GPU_ONLY_WEIGHTS:
+        raise BadInput(f"arm {arm.name!r}: weights {arm.weights} is a GPU format; llama.cpp serves GGUF files "
+                       "(use F16/Q8_0/Q4_0 ... GGUF files)")
+    if arm.kv == "auto":
+        return None
+    kv = KV_ALIASES.get(arm.kv, arm.kv)
+    if kv not in LLAMACPP_KV:
+        raise BadInput(f"arm {arm.name!r}: llama.cpp has no KV-cache type {arm.kv!r}; "
+                       f"choose one of: auto, {', '.join(LLAMACPP_KV)}")
+    return kv
+
+
+def llamacpp_options(spec: LaunchSpec) -> list[str]:
+    """llama-server options (the same spellings the xllamacpp entry point accepts)."""
+    model = spec.arm.model or spec.model
+    opts = ["-m", str(model), "--host", spec.host, "--port", str(spec.port)]
+    if spec.context_len:
+        opts += ["-c", str(spec.context_len)]
+    opts += ["-np", str(spec.parallel or 1)]
+    kv = llamacpp_kv(spec.arm)
+    if kv is not None:
+        opts += ["--cache-type-k", kv, "--cache-type-v", kv]
+        if kv not in ("f16", "f32", "bf16"):
+            # a quantized V cache needs flash attention (llama.cpp@0c1e57098:src/llama-context.cpp:L3840-L3848)
+            opts += ["-fa", "on"]
+    opts += ["--metrics"]
+    if spec.served_name:
+        opts += ["--alias", spec.served_name]
+    return opts + list(spec.arm.engine_args) + list(spec.extra_args)
+
+
+# --- log patterns (engine-facts §1.4) ---------------------------------------------------------------
+_FILE_TYPE = re.compile(r"print_info: file type\s+= (.+?)\s*$")                       # llama-model-loader.cpp:L1805
+_FILE_SIZE = re.compile(r"print_info: file size\s+= ([\d.]+) (MiB|GiB) \(([\d.]+) BPW\)")  # L1807, L1809
+_PARAMS = re.compile(r"print_info: model params\s+= ([\d.]+) ([KMBT])")               # llama-model.cpp:L2161
+_TYPE_COUNT = re.compile(r"llama_model_loader: - type\s+(\w+):\s+(\d+) tensors")       # llama-model-loader.cpp:L825
+_MODEL_BUF = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")  # llama-model.cpp:L1930
+_OFFLOAD = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")           # llama-model.cpp:L1924
+_CTX = re.compile(r"llama_context: (n_ctx|n_ctx_seq|flash_attn|kv_unified|n_batch|n_ubatch)\s+= (\S+)")  # L309-L315
+_KV_TOTAL = re.compile(                                                                # llama-kv-cache.cpp:L301
+    r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/(\d+) seqs\), "
+    r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
+)
+_KV_BUF = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")        # llama-kv-cache.cpp:L291
+_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)")              # real xllamacpp log
+_BUILD_INFO = re.compile(r"build_info: (\S+)")                                          # real xllamacpp log
+_BUILD = re.compile(r"\bbuild: (\d+ \([0-9a-f]+\))")
+_CUDA_DEV = re.compile(r"Device \d+: (.+?), compute capability (\d+\.\d+)")            # ggml-cuda.cu:L345
+_USING_DEV = re.compile(r"using device (\S+) \((.+?)\)")                                # llama.cpp:L306
+_CPU_DEV = re.compile(r"- CPU\s+: (.+?) \(\d+ MiB")                                     # real xllamacpp log
+_FA_AUTO = re.compile(r"Flash Attention (enabled|not supported, set to disabled)")      # llama-context.cpp:L550-L553
+_FALLBACK_Q = re.compile(r"(\d+) of (\d+) tensor\(s\) required fallback quantization")  # llama-quant.cpp
+
+EXPECTED = (
+    "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
+    "max_concurrency_context", "quantization", "attention_backend", "kv_cache_dtype",
+)
+
+_SCALE = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+
+
+def _file_type(b: ReportBuilder, ln: Line) -> None:
+    m = _FILE_TYPE.search(ln.text)
+    if m:
+        ftype = m.group(1).strip()
+        b.extra("file_type", ftype)
+        b.set("quantization", ftype.split(" - ")[0].replace("MOSTLY_", ""))
+        return
+    m = _FILE_SIZE.search(ln.text)
+    if m:
+        size = float(m.group(1))
+        mib = size * 1024 if m.group(2) == "GiB" else size
+        b.extra("file_size_mib", round(mib, 2))
+        b.extra("bpw", float(m.group(3)))
+        b.set("weights_gib", round(mib / 1024, 4))
+        return
+    m = _PARAMS.search(ln.text)
+    if m:
+        b.extra("model_params", int(float(m.group(1)) * _SCALE[m.group(2)]))
+
+
+def _type_count(b: ReportBuilder, ln: Line) -> None:
+    m = _TYPE_COUNT.search(ln.text)
+    if m:
+        types = b.report.extra.setdefault("tensor_types", {})
+        types.setdefault(m.group(1), int(m.group(2)))
+
+
+def _model_buf(b: ReportBuilder, ln: Line) -> None:
+    m = _MODEL_BUF.search(ln.text)
+    if m:
+        bufs = b.report.extra.setdefault("model_buffers_mib", {})
+        bufs.setdefault(m.group(1), float(m.group(2)))
+        return
+    m = _OFFLOAD.search(ln.text)
+    if m:
+        b.extra("offloaded_layers", f"{m.group(1)}/{m.group(2)}")
+
+
+def _ctx(b: ReportBuilder, ln: Line) -> None:
+    m = _CTX.search(ln.text)
+    if m:
+        key, val = m.group(1), m.group(2)
+        b.extra(key, parse_int(val) if key.startswith("n_") else val)
+        if key == "flash_attn" and val in ("enabled", "disabled", "on", "off", "true", "false"):
+            b.set("attention_backend", "flash_attn" if val in ("enabled", "on", "true") else "standard")
+
+
+def _fa_auto(b: ReportBuilder, ln: Line) -> None:
+    m = _FA_AUTO.search(ln.text)
+    if m:
+        b.set("attention_backend", "flash_attn" if m.group(1) == "enabled" else "standard", overwrite=True)
+
+
+def _kv(b: ReportBuilder, ln: Line) -> None:
+    m = _KV_TOTAL.search(ln.text)
+    if m:
+        total, cells, layers, seqs, streams = (float(m.group(1)), int(m.group(2)), int(m.group(3)),
+                                               int(m.group(4)), int(m.group(5)))
+        ktype, kmib, vtype, vmib = m.group(6), float(m.group(7)), m.group(8), float(m.group(9))
+        if "kv_mib" in b.report.extra:
+            return
+        b.report.extra.update({
+            "kv_mib": total, "kv_cells": cells, "kv_layers": layers, "kv_seqs": seqs, "kv_streams": streams,
+            "k_type": ktype, "k_mib": kmib, "v_type": vtype, "v_mib": vmib,
+        })
+        b.set("available_kv_gib", round(total / 1024, 4))
+        # cells are per stream: "512 cells x 4 streams" for 4 slots without a unified cache (§1.5)
+        b.set("kv_cache_tokens", cells * streams)
+        b.set("kv_cache_dtype", ktype if ktype == vtype else f"K={ktype},V={vtype}")
+        return
+    m = _KV_BUF.search(ln.text)
+    if m:
+        bufs = b.report.extra.setdefault("kv_buffers_mib", {})
+        bufs.setdefault(m.group(1), float(m.group(2)))
+
+
+def _slots(b: ReportBuilder, ln: Line) -> None:
+    m = _SLOTS.search(ln.text)
+    if m:
+        b.set("max_concurrency", float(m.group(1)))
+        b.set("max_concurrency_context", int(m.group(2)))
+
+
+def _build(b: ReportBuilder, ln: Line) -> None:
+    m = _BUILD_INFO.search(ln.text) or _BUILD.search(ln.text)
+    if m:
+        b.set("engine_version", m.group(1))
+
+
+def _device(b: ReportBuilder, ln: Line) -> None:
+    m = _CUDA_DEV.search(ln.text)
+    if m:
+        b.set("gpu", m.group(1))
+        b.extra("compute_capability", m.group(2))
+        return
+    m = _CPU_DEV.search(ln.text)
+    if m:
+        b.extra("device", f"CPU: {m.group(1)}")
+
+
+def _fallback_q(b: ReportBuilder, ln: Line) -> None:
+    m = _FALLBACK_Q.search(ln.text)
+    if m:
+        b.extra("fallback_tensors", int(m.group(1)))
+        b.fallback("gguf_fallback_quantization", ln)
+
+
+def _errors(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    if "quantized V cache requires flash_attn" in t or "requires Flash Attention" in t:
+        b.error("quantized_v_cache_needs_flash_attn", ln)
+    elif "Unsupported cache type" in t:
+        b.error("unsupported_cache_type", ln)
+    elif (ln.level == "ERROR" or "failed to load model" in t or "error loading model" in t) and len(b.report.errors) < 50:
+        b.error("error", ln)
+
+
+RULES = [
+    ("print_info:", _file_type),
+    ("- type ", _type_count),
+    ("load_tensors:", _model_buf),
+    ("llama_context:", _ctx),
+    ("Flash Attention", _fa_auto),
+    ("llama_kv_cache:", _kv),
+    ("n_slots =", _slots),
+    ("build", _build),
+    ("Device ", _device),
+    ("- CPU ", _device),
+    ("required fallback quantization", _fallback_q),
+    ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln)),
+    ("error", _errors),
+    ("failed", _errors),
+    ("Unsupported cache type", _errors),
+    ("requires", _errors),
+    (" E ", _errors),
+]
+
+
+def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes, source: str | None = None) -> LogReport:
+    b = ReportBuilder("llamacpp", source, EXPECTED)
+    scan(lines, b, RULES)
+    r = b.report
+    bufs = r.extra.get("model_buffers_mib")
+    if bufs:
+        r.extra["model_buffers_total_mib"] = round(sum(bufs.values()), 2)
+    if r.weights_gib is None and bufs:
+        # no "file size" line: weights = the model buffers (a CPU_REPACK copy is counted too)
+        r.weights_gib = round(sum(bufs.values()) / 1024, 4)
+        r.extra.setdefault("derived", {})["weights_gib"] = "sum of model buffer sizes"
+    if r.attention_backend is None and r.extra.get("flash_attn") == "auto":
+        r.extra["flash_attn_resolved"] = "auto (result not printed)"
+    return b.finish()
+
+
+# --- live queries -------------------------------------------------------------------------------
+def parse_props(obj: Any) -> dict[str, Any]:
+    """Pure: llama-server ``/props`` JSON -> n_ctx, slots, model path, build."""
+    if not isinstance(obj, dict):
+        return {}
+    out: dict[str, Any] = {}
+    gen = obj.get("default_generation_settings")
+    if isinstance(gen, dict) and "n_ctx" in gen:
+        out["n_ctx_slot"] = gen.get("n_ctx")
+    for key in ("total_slots", "model_path", "build_info", "chat_template_caps", "modalities"):
+        if key in obj:
+            out[key] = obj[key]
+    if "build_info" in out:
+        out["engine_version"] = out.pop("build_info")
+    out.pop("chat_template_caps", None)
+    return out
+
+
+def parse_slots(obj: Any) -> dict[str, Any]:
+    """Pure: ``/slots`` JSON (a list of slots) -> count, per-slot context, busy slots."""
+    if not isinstance(obj, list):
+        return {}
+    ctx = [s.get("n_ctx") for s in obj if isinstance(s, dict)]
+    return {"slots": len(obj), "slot_n_ctx": ctx[0] if ctx else None,
+            "slots_processing": sum(1 for s in obj if isinstance(s, dict) and s.get("is_processing"))}
+
+
+def parse_llamacpp_metrics(text: str) -> dict[str, float]:
+    """Pure: Prometheus text -> ``llamacpp:*`` gauges/counters (real: ../shared/data/llamacpp-cpu/metrics-*.txt)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("llamacpp:"):
+            name, _, value = line.partition(" ")
+            v = parse_float(value.strip()) if value.strip() else None
+            if v is None:
+                try:
+                    v = float(value)
+                except ValueError:
+                    continue
+            out[name.removeprefix("llamacpp:")] = v
+    return out
+
+
+def parse_models_llamacpp(obj: Any) -> dict[str, Any]:
+    """Pure: ``/v1/models`` JSON -> model id and the GGUF's n_ctx_train / size when given."""
+    if not isinstance(obj, dict):
+        return {}
+    data = obj.get("data")
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        meta = data[0].get("meta") or {}
+        return {"model": data[0].get("id"), "n_ctx_train": meta.get("n_ctx_train"),
+                "model_size_bytes": meta.get("size"), "n_params": meta.get("n_params")}
+    return {}
+
+
+def have_llama_server(binary: str | None = None) -> bool:
+    return shutil.which(binary or "llama-server") is not None
+
+
+class LlamacppAdapter(EngineAdapter):
+    kind = "llamacpp"
+    default_port = 8080
+    health_path = "/health"  # 200 with {"status": "ok"} once the model is loaded
+
+    def launch_argv(self, spec: LaunchSpec) -> list[str]:
+        """``llama-server`` when it is on PATH (or given), else the same options through
+        ``python -m quantrack.engines.xllamacpp_server`` (llama.cpp's server from the xllamacpp wheel)."""
+        opts = llamacpp_options(spec)
+        if spec.binary:
+            return [spec.binary, *opts]
+        if have_llama_server():
+            return ["llama-server", *opts]
+        return [sys.executable, "-m", "quantrack.engines.xllamacpp_server", *opts]
+
+    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
+        return parse_llamacpp_log(lines, source)
+
+    def parse_log_file(self, path: str | Path) -> LogReport:
+        return parse_llamacpp_log(read_log_bytes(str(path)), source=str(path))
+
+    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+        """``/props``, ``/v1/models``, ``/slots``, ``/metrics``: llama-server's routes (ggml-org/llama.cpp
+        tools/server README "API Endpoints"; all four answered 200 from the xllamacpp server here)."""
+        import httpx
+
+        base = base_url.rstrip("/")
+        out: dict[str, Any] = {"engine": "llamacpp", "base_url": base}
+        with httpx.Client(timeout=timeout) as client:
+            r = client.get(f"{base}/props")
+            if r.status_code == 200:
+                out.update(parse_props(r.json()))
+            r = client.get(f"{base}/v1/models")
+            if r.status_code == 200:
+                out.update({k: v for k, v in parse_models_llamacpp(r.json()).items() if v is not None})
+            r = client.get(f"{base}/slots")
+            if r.status_code == 200:
+                out.update(parse_slots(r.json()))
+            r = client.get(f"{base}/metrics")
+            if r.status_code == 200:
+                out["metrics"] = parse_llamacpp_metrics(r.text)
+        return out
