@@ -1,0 +1,280 @@
+"""Import GSM8K results measured by other tools into quantrack's result form.
+
+Formats (the fields each one carries are documented in ``../shared/reference/engine-facts.md`` §5
+and in the lm-evaluation-harness source cited below):
+
+* ``vllm``: ``tests/evals/gsm8k/gsm8k_eval.py --save-results`` JSON: ``accuracy``,
+  ``invalid_rate``, ``num_questions``, ``num_shots``, ``max_tokens``, ... (``vllm@4ba787ec9`` L222-L233,
+  L485-L503). Accuracy only: no per-question records.
+* ``sglang``: ``python -m sglang.test.run_eval --eval-name gsm8k`` metrics JSON: ``score`` plus
+  ``latency``/``output_throughput`` (``sglang@v0.5.23:python/sglang/test/run_eval.py:L265-L274``).
+  It does not say how many questions were scored: pass ``num_questions`` for an interval.
+* ``lm-eval``: lm-evaluation-harness ``results_<date>.json`` (``results.gsm8k["exact_match,<filter>"]``,
+  ``n-samples.gsm8k.effective``; ``lm_eval/evaluator_utils.py:L156-L165``, ``lm_eval/result_schema.py``)
+  and, when ``--log_samples`` was on, ``samples_gsm8k_<date>.jsonl`` beside it, one line per
+  (question, filter) with ``doc_id``, ``prompt_hash``, ``resps``, ``filtered_resps``, ``filter``,
+  ``exact_match`` (``lm_eval/evaluator.py:L644-L667``, ``lm_eval/loggers/evaluation_tracker.py:L344-L346``),
+  all at ``EleutherAI/lm-evaluation-harness@4e7e0d47f33bc71070c1d38394bafbb52b117163``. With samples
+  the import has per-question records, so a paired comparison is possible.
+
+Imported accuracy is labelled ``imported:<format>``; an interval is derived from the counts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from quantrack.accuracy.gsm8k import EvalResult, lm_eval_normalize, result_from_records
+from quantrack.accuracy.records import QuestionRecord, load_records
+from quantrack.errors import BadInput, unknown
+
+FORMATS = ("auto", "vllm", "sglang", "lm-eval")
+LM_EVAL_FILTERS = ("strict-match", "flexible-extract")
+
+
+def import_result(path: str | Path, fmt: str = "auto", *, num_questions: int | None = None,
+                  lm_eval_filter: str = "strict-match") -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
+    """Read another tool's GSM8K output: (result, per-question records or None)."""
+    if fmt not in FORMATS:
+        raise unknown("format", fmt, FORMATS)
+    if lm_eval_filter not in LM_EVAL_FILTERS:
+        raise unknown("lm-eval filter", lm_eval_filter, LM_EVAL_FILTERS)
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"file not found: {p}")
+    if p.suffix == ".jsonl":
+        if fmt not in ("auto", "lm-eval"):
+            raise BadInput(f"{p}: a .jsonl file is lm-eval samples; --format {fmt} expects a JSON file")
+        records = _lm_eval_samples(p, lm_eval_filter)
+        res = result_from_records(records, num_questions=max(records) + 1 if records else 0, style="lm-eval",
+                                  records_path=str(p), source="imported:lm-eval")
+        res.settings = {"filter": lm_eval_filter}
+        return res, records
+    data = _load_json(p)
+    kind = _detect(p, data) if fmt == "auto" else fmt
+    if kind == "vllm":
+        return _from_vllm(p, data), None
+    if kind == "sglang":
+        return _from_sglang(p, data, num_questions), None
+    return _from_lm_eval(p, data, lm_eval_filter)
+
+
+def _load_json(p: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput(f"{p}: not valid JSON") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{p}: expected a JSON object")
+    return data
+
+
+def _detect(p: Path, data: dict[str, Any]) -> str:
+    if isinstance(data.get("results"), dict):
+        return "lm-eval"
+    if "accuracy" in data and "invalid_rate" in data:
+        return "vllm"
+    if "score" in data:
+        return "sglang"
+    raise BadInput(f"{p}: not a vLLM --save-results, SGLang run_eval or lm-eval results file; "
+                   "pass --format vllm|sglang|lm-eval")
+
+
+def _number(p: Path, data: dict[str, Any], key: str) -> float:
+    val = data.get(key)
+    if isinstance(val, bool) or not isinstance(val, int | float):
+        raise BadInput(f"{p}: field {key!r} missing or not a number")
+    return float(val)
+
+
+def _counted(p: Path, accuracy: float, n: int, what: str) -> int:
+    if not 0.0 <= accuracy <= 1.0:
+        raise BadInput(f"{p}: {what} {accuracy} is not a fraction in [0, 1]")
+    k = round(accuracy * n)
+    if abs(k / n - accuracy) > 0.5 / n + 1e-9:
+        raise BadInput(f"{p}: {what} {accuracy} is not a count out of {n} questions")
+    return k
+
+
+def _from_counts(*, accuracy: float, n: int | None, invalid: int, source: str, style: str | None,
+                 settings: dict[str, Any], p: Path) -> EvalResult:
+    from quantrack.accuracy.stats import proportion
+
+    if n is None:  # accuracy known, count unknown: no interval can be derived
+        return EvalResult(task="gsm8k", style=style, num_questions=0, n=0, correct=0, invalid=invalid, errors=0,
+                          accuracy=accuracy, se=None, ci_low=None, ci_high=None, records_path=None, source=source,
+                          settings=settings)
+    k = _counted(p, accuracy, n, "accuracy")
+    prop = proportion(k, n)
+    return EvalResult(task="gsm8k", style=style, num_questions=n, n=n, correct=k, invalid=invalid, errors=0,
+                      accuracy=accuracy, se=prop.se, ci_low=prop.ci_low, ci_high=prop.ci_high, records_path=None,
+                      source=source, settings=settings)
+
+
+def _from_vllm(p: Path, data: dict[str, Any]) -> EvalResult:
+    acc = _number(p, data, "accuracy")
+    n = int(_number(p, data, "num_questions"))
+    if n < 1:
+        raise BadInput(f"{p}: num_questions must be >= 1")
+    invalid = _counted(p, _number(p, data, "invalid_rate"), n, "invalid_rate")
+    keep = ("num_questions", "num_shots", "max_tokens", "latency", "timestamp", "request_params")
+    settings = {k: data[k] for k in keep if k in data}
+    return _from_counts(accuracy=acc, n=n, invalid=invalid, source="imported:vllm", style="vllm",
+                        settings=settings, p=p)
+
+
+def _from_sglang(p: Path, data: dict[str, Any], num_questions: int | None) -> EvalResult:
+    acc = _number(p, data, "score")
+    if num_questions is not None and num_questions < 1:
+        raise BadInput(f"--num-questions {num_questions}: must be >= 1")
+    settings = {k: data[k] for k in ("latency", "output_throughput") if k in data}
+    if num_questions is None:
+        settings["note"] = "SGLang run_eval does not record the question count; pass --num-questions for an interval"
+    return _from_counts(accuracy=acc, n=num_questions, invalid=0, source="imported:sglang", style="sglang",
+                        settings=settings, p=p)
+
+
+def _lm_eval_task(p: Path, results: dict[str, Any]) -> str:
+    if "gsm8k" in results:
+        return "gsm8k"
+    raise BadInput(f"{p}: no 'gsm8k' task in results (found: {', '.join(sorted(results)) or 'none'})")
+
+
+def _from_lm_eval(p: Path, data: dict[str, Any], filt: str
+                  ) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
+    results = data.get("results")
+    if not isinstance(results, dict):
+        raise BadInput(f"{p}: no 'results' object (not an lm-eval results file)")
+    task = _lm_eval_task(p, results)
+    metrics = results[task]
+    key = f"exact_match,{filt}"
+    if key not in metrics:
+        raise BadInput(f"{p}: results.{task} has no {key!r} (found: {', '.join(sorted(metrics))})")
+    acc = _number(p, metrics, key)
+    counts = (data.get("n-samples") or {}).get(task) or {}
+    n = counts.get("effective") if isinstance(counts, dict) else None
+    settings: dict[str, Any] = {"filter": filt, "lm_eval_stderr": metrics.get(f"exact_match_stderr,{filt}"),
+                                "n-shot": (data.get("n-shot") or {}).get(task)}
+    samples = _find_samples(p, task)
+    if samples is None:
+        return _from_counts(accuracy=acc, n=n if isinstance(n, int) else None, invalid=0,
+                            source="imported:lm-eval", style="lm-eval", settings=settings, p=p), None
+    records = _lm_eval_samples(samples, filt)
+    res = result_from_records(records, num_questions=max(records) + 1 if records else 0, style="lm-eval",
+                              records_path=str(samples), source="imported:lm-eval", settings=settings)
+    if res.accuracy is None or abs(res.accuracy - acc) > 1e-9:
+        raise BadInput(f"{samples}: per-question records give accuracy {res.accuracy} but {p.name} says {acc}; "
+                       "the two files are from different runs")
+    return res, records
+
+
+def _find_samples(results_path: Path, task: str) -> Path | None:
+    """``results_<date>.json`` (or ``<stem>_<date>.json``) -> ``samples_<task>_<date>.jsonl`` beside it."""
+    stem = results_path.stem
+    date_id = stem.rsplit("_", 1)[1] if "_" in stem else None
+    if date_id:
+        cand = results_path.with_name(f"samples_{task}_{date_id}.jsonl")
+        if cand.is_file():
+            return cand
+    found = sorted(results_path.parent.glob(f"samples_{task}_*.jsonl"))
+    return found[0] if len(found) == 1 else None
+
+
+def _lm_eval_samples(p: Path, filt: str) -> dict[int, QuestionRecord]:
+    """Per-question records from lm-eval's samples file, keeping the lines of one filter."""
+    out: dict[int, QuestionRecord] = {}
+    for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise BadInput(f"{p}:{no}: not valid JSON") from None
+        if not isinstance(row, dict) or "doc_id" not in row or "exact_match" not in row:
+            raise BadInput(f"{p}:{no}: not an lm-eval sample line (needs doc_id and exact_match)")
+        if row.get("filter", filt) != filt:
+            continue
+        filtered = row.get("filtered_resps") or [None]
+        extracted = filtered[0] if isinstance(filtered, list) else filtered
+        resps = row.get("resps") or [[None]]
+        response = resps[0][0] if isinstance(resps, list) and resps and isinstance(resps[0], list) else None
+        target = row.get("target")
+        out[int(row["doc_id"])] = QuestionRecord(
+            id=int(row["doc_id"]), prompt_sha256=row.get("prompt_hash"), response=response,
+            extracted=None if extracted in (None, "[invalid]") else extracted,
+            gold=lm_eval_normalize(str(target)) if target is not None else None,
+            correct=bool(float(row["exact_match"])), error=None, style="lm-eval",
+        )
+    if not out:
+        raise BadInput(f"{p}: no sample lines for filter {filt!r}")
+    return out
+
+
+# ---------------------------------------------------------------- loading either kind for compare
+
+
+def load_run(path: str | Path) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
+    """What ``eval compare`` accepts: a quantrack records JSONL, a result JSON written by
+    ``eval import --out`` (with or without records), lm-eval samples, or any importable file."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"file not found: {p}")
+    if p.suffix == ".jsonl":
+        first = _first_object(p)
+        if first is not None and "doc_id" in first:
+            return import_result(p, "lm-eval")
+        records = load_records(p)
+        styles = {r.style for r in records.values()}
+        res = result_from_records(records, num_questions=max(records) + 1 if records else 0,
+                                  style=styles.pop() if len(styles) == 1 else None, records_path=str(p))
+        return res, records
+    data = _load_json(p)
+    if "task" in data and "source" in data and "accuracy" in data:  # quantrack result JSON
+        return _from_result_json(p, data)
+    return import_result(p)
+
+
+def _first_object(p: Path) -> dict[str, Any] | None:
+    with p.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    raise BadInput(f"{p}: first line is not valid JSON") from None
+                return obj if isinstance(obj, dict) else None
+    return None
+
+
+def _from_result_json(p: Path, data: dict[str, Any]) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
+    raw = data.get("records")
+    records = None
+    if isinstance(raw, list) and raw:
+        records = {}
+        for i, row in enumerate(raw):
+            if not isinstance(row, dict):
+                raise BadInput(f"{p}: records[{i}] is not an object")
+            rec = QuestionRecord.from_dict(row, f"{p}: records[{i}]")
+            records[rec.id] = rec
+    fields = ("task", "style", "num_questions", "n", "correct", "invalid", "errors", "accuracy", "se", "ci_low",
+              "ci_high", "records_path", "source", "settings", "extra")
+    try:
+        res = EvalResult(**{k: data.get(k) for k in fields})
+    except TypeError:
+        raise BadInput(f"{p}: not a quantrack result file") from None
+    if not res.settings:
+        res.settings = {}
+    if not res.extra:
+        res.extra = {}
+    return res, records
+
+
+def result_json(result: EvalResult, records: dict[int, QuestionRecord] | None) -> str:
+    """The ``eval import --out`` file: the result plus its records when there are any."""
+    d = result.to_dict()
+    if records:
+        d["records"] = [json.loads(records[k].to_json()) for k in sorted(records)]
+    return json.dumps(d, indent=2, ensure_ascii=False) + "\n"
+

@@ -1,0 +1,192 @@
+"""`quantrack eval`: GSM8K against a running server; `compare`, `import` and (lazily) `kl` below it."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from quantrack.errors import BadInput
+
+# sub-commands written in other modules, imported on first use; a missing module just hides the command
+LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {"kl": ("quantrack.cli.eval_kl", "kl")}
+
+
+class EvalGroup(click.Group):
+    """`eval` runs GSM8K itself when no sub-command is given; `kl` is imported only when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        names.update(n for n, (mod, _) in LAZY_SUBCOMMANDS.items() if _module_exists(mod))
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None or cmd_name not in LAZY_SUBCOMMANDS:
+            return cmd
+        mod, attr = LAZY_SUBCOMMANDS[cmd_name]
+        if not _module_exists(mod):
+            return None
+        found: click.Command = getattr(importlib.import_module(mod), attr)
+        return found
+
+
+def _module_exists(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _progress(done: int, total: int, errors: int) -> None:
+    tail = f", {errors} errors" if errors else ""
+    click.echo(f"\rgsm8k: {done}/{total} questions{tail}", err=True, nl=done >= total)
+
+
+@click.group("eval", cls=EvalGroup, invoke_without_command=True)
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
+              help="Engine behind --base-url (recorded with the result).")
+@click.option("--base-url", default=None, metavar="URL", help="The running server, e.g. http://127.0.0.1:8000.")
+@click.option("--task", default="gsm8k", show_default=True, help="Accuracy task (gsm8k).")
+@click.option("--num-questions", default=1319, show_default=True, type=int,
+              help="First N test questions (report the full 1319).")
+@click.option("--num-shots", default=5, show_default=True, type=int, help="Few-shot exemplars (first train examples).")
+@click.option("--max-tokens", default=256, show_default=True, type=int, help="Max new tokens per answer.")
+@click.option("--temperature", default=0.0, show_default=True, type=float)
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option("--concurrency", default=8, show_default=True, type=int, help="Requests in flight.")
+@click.option("--style", type=click.Choice(["vllm", "lm-eval"]), default="vllm", show_default=True,
+              help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.")
+@click.option("--model", default=None, help="Model name for the request (default: first of /v1/models).")
+@click.option("--output", "output", default="records.jsonl", show_default=True, type=click.Path(dir_okay=False),
+              help="Per-question records, written as answers arrive.")
+@click.option("--resume", is_flag=True, help="Continue --output: skip questions already answered there.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output instead of refusing.")
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False),
+              help="A full GSM8K copy (test.jsonl + train.jsonl, checked against upstream hashes).")
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_envvar=True,
+              help="Bearer token for the server (never printed or saved).")
+@click.option("--allow-errors", is_flag=True, help="Exit 0 even if some questions got a server error.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, task: str, num_questions: int,
+               num_shots: int, max_tokens: int, temperature: float, seed: int, concurrency: int, style: str,
+               model: str | None, output: str, resume: bool, overwrite: bool, data_dir: str | None,
+               api_key: str | None, allow_errors: bool, as_json: bool) -> None:
+    """Accuracy of one arm: GSM8K 5-shot against a running OpenAI-compatible server.
+
+    Prompt, stop strings and scoring follow vLLM's tests/evals/gsm8k/gsm8k_eval.py, so the number
+    compares with vLLM's CI; --style lm-eval scores like lm-evaluation-harness's gsm8k task.
+    Sub-commands: compare (paired test of two runs), import (other tools' results), kl.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from quantrack.accuracy.gsm8k import (
+        TASKS,
+        format_result,
+        raise_if_errors,
+        run_gsm8k,
+        small_sample_warning,
+    )
+    from quantrack.errors import unknown
+
+    if task not in TASKS:
+        raise unknown("task", task, TASKS)
+    if not base_url:
+        raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
+    result = run_gsm8k(base_url, num_questions=num_questions, num_shots=num_shots, max_tokens=max_tokens,
+                       concurrency=concurrency, seed=seed, temperature=temperature, style=style,
+                       records_path=output, resume=resume, overwrite=overwrite, api_key=api_key, model=model,
+                       data_dir=data_dir, engine=engine, progress=_progress)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(format_result(result)))
+    warning = small_sample_warning(result)
+    if warning:
+        click.echo(warning, err=True)
+    if not allow_errors:
+        raise_if_errors(result)
+
+
+@eval_group.command("compare")
+@click.argument("base", type=click.Path(dir_okay=False))
+@click.argument("arm", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def compare(base: str, arm: str, fmt: str) -> None:
+    """Paired comparison of two runs on the questions both answered.
+
+    BASE and ARM are records JSONL files from `quantrack eval`, result JSON from `eval import --out`,
+    or lm-eval samples. Delta = arm - base with a 95% Newcombe interval, exact McNemar test.
+    """
+    from quantrack.accuracy.stats import compare_runs
+
+    report = compare_runs(base, arm)
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(render_comparison(report))
+
+
+@eval_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["auto", "vllm", "sglang", "lm-eval"]), default="auto",
+              show_default=True)
+@click.option("--filter", "lm_eval_filter", type=click.Choice(["strict-match", "flexible-extract"]),
+              default="strict-match", show_default=True, help="lm-eval metric filter to import.")
+@click.option("--num-questions", type=int, default=None,
+              help="Questions scored, for sources that do not record it (SGLang run_eval).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write the result (with per-question records when the source has them).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def import_cmd(file: str, fmt: str, lm_eval_filter: str, num_questions: int | None, out: str | None,
+               as_json: bool) -> None:
+    """Read GSM8K results from vLLM gsm8k_eval.py --save-results, SGLang run_eval or lm-eval."""
+    from quantrack.accuracy.gsm8k import format_result
+    from quantrack.accuracy.importers import import_result, result_json
+
+    result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter)
+    if out:
+        Path(out).write_text(result_json(result, records), encoding="utf-8")
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(format_result(result)))
+        click.echo("  per-question    " + (f"{len(records)} records (paired comparison possible)" if records
+                                          else "none (accuracy only: a paired comparison is impossible)"))
+
+
+def _pct(value: float | None) -> str:
+    return "FILL IN" if value is None else f"{value * 100:.2f}%"
+
+
+def render_comparison(report: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    lines = []
+    if not report["paired"]:
+        rows = [[side, report[side]["path"], report[side]["source"], _pct(report[side]["accuracy"]), report[side]["n"]]
+                for side in ("base", "arm")]
+        lines.append(tabulate(rows, headers=["", "file", "source", "GSM8K", "answered"]))
+        lines.append(report["reason"] + ".")
+        return "\n".join(lines)
+    c = report["comparison"]
+    rows = [["base", report["base"]["path"], _pct(c["base_accuracy"]), c["base_correct"]],
+            ["arm", report["arm"]["path"], _pct(c["arm_accuracy"]), c["arm_correct"]]]
+    lines.append(f"Paired on {c['n']} questions both runs answered (measured/imported records)")
+    lines.append(tabulate(rows, headers=["", "file", "GSM8K", "correct"]))
+    lines.append(f"Delta (arm - base)  {c['delta'] * 100:+.2f} pts   95% CI [{c['delta_ci_low'] * 100:+.2f}, "
+                 f"{c['delta_ci_high'] * 100:+.2f}] pts (Newcombe 1998 method 10, paired)")
+    lines.append(f"discordant: base-only correct {c['base_only']}, arm-only correct {c['arm_only']}; "
+                 f"exact McNemar p = {c['mcnemar_p']:.3g}")
+    ex = report["excluded"]
+    if any(ex.values()):
+        lines.append(f"excluded: {ex['only_in_base']} only in base, {ex['only_in_arm']} only in arm, "
+                     f"{ex['errored_in_either']} with a server error in either")
+    lines.append(report["verdict"])
+    return "\n".join(lines)
