@@ -1,0 +1,240 @@
+"""ManagedServer: one engine server as a child process that is never left behind.
+
+Owns: starting an argv (never through a shell) in its own process group with its output captured
+to a log file, waiting for ``/health`` (llama.cpp: 200 *and* ``{"status": "ok"}``), detecting an
+early exit (EngineError quoting the log's last lines), and stopping: SIGTERM to the group, wait,
+then SIGKILL. Context manager; also stopped on KeyboardInterrupt and at interpreter exit (atexit +
+a weak registry of live servers).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from collections import deque
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from quantrack.errors import EngineError
+
+_LIVE: weakref.WeakSet[ManagedServer] = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        with contextlib.suppress(Exception):  # interpreter shutdown: best effort, never raise
+            server.stop()
+
+
+atexit.register(_stop_all)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: str | Path, n: int = 20) -> list[str]:
+    """The last ``n`` lines of a (possibly huge, possibly binary) log file."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return list(deque((ln.rstrip("\r") for ln in data.split("\n") if ln.strip()), maxlen=n))
+
+
+class ManagedServer:
+    """Start ``argv`` as a server, wait until healthy, stop it cleanly.
+
+    ``port`` is the port the argv listens on (the caller builds the argv with it; use
+    ``free_port()`` or ``ManagedServer.for_spec`` when the port should be picked here).
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+        log_path: str | Path | None = None,
+        health_path: str = "/health",
+        require_status_ok: bool = False,
+        startup_timeout: float = 600.0,
+        stop_timeout: float = 15.0,
+        cwd: str | Path | None = None,
+        name: str = "server",
+    ) -> None:
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise EngineError("server argv must be a non-empty list of strings")
+        self.argv = list(argv)
+        self.host = host
+        self.port = port
+        self.env = dict(env or {})
+        self.health_path = health_path
+        self.require_status_ok = require_status_ok
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.cwd = str(cwd) if cwd else None
+        self.name = name
+        if log_path is None:
+            fd, tmp = tempfile.mkstemp(prefix=f"quantrack-{name}-", suffix=".log")
+            os.close(fd)
+            log_path = tmp
+        self.log_path = Path(log_path)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    # -- construction from an adapter ------------------------------------------------------------
+    @classmethod
+    def for_spec(cls, adapter: Any, spec: Any, **kwargs: Any) -> ManagedServer:
+        """Build from an EngineAdapter and a LaunchSpec; ``spec.port == 0`` picks a free port."""
+        from dataclasses import replace
+
+        if not spec.port:
+            spec = replace(spec, port=free_port(spec.host))
+        argv = adapter.launch_argv(spec)
+        env = adapter.launch_env(spec)
+        kwargs.setdefault("health_path", getattr(adapter, "health_path", "/health"))
+        kwargs.setdefault("require_status_ok", adapter.kind == "llamacpp")
+        kwargs.setdefault("name", adapter.kind)
+        return cls(argv, port=spec.port, host=spec.host, env=env, **kwargs)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self, wait: bool = True) -> ManagedServer:
+        if self.running():
+            return self
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child; closed right after Popen
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=self.cwd, start_new_session=True,
+            )
+        except FileNotFoundError as exc:
+            raise EngineError(f"cannot start {self.name}: {self.argv[0]!r} not found ({exc.strerror})") from exc
+        except PermissionError as exc:
+            raise EngineError(f"cannot start {self.name}: {self.argv[0]!r} is not executable") from exc
+        finally:
+            log.close()
+        _LIVE.add(self)
+        if wait:
+            try:
+                self.wait_ready()
+            except BaseException:  # EngineError, timeout, KeyboardInterrupt: never leave it running
+                self.stop()
+                raise
+        return self
+
+    def _healthy(self, client: Any) -> bool:
+        try:
+            r = client.get(f"{self.base_url}{self.health_path}")
+        except Exception:  # noqa: BLE001 - connection refused/reset while the server boots
+            return False
+        if r.status_code != 200:
+            return False
+        if not self.require_status_ok:
+            return True
+        try:
+            return bool(r.json().get("status") == "ok")
+        except ValueError:
+            return False
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Poll health until 200 (and status ok); EngineError on early exit or timeout."""
+        import httpx
+
+        deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
+        delay = 0.1
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if self.proc is None:
+                    raise EngineError(f"{self.name} was not started")
+                rc = self.proc.poll()
+                if rc is not None:
+                    raise EngineError(self._died_message(rc))
+                if self._healthy(client):
+                    return
+                if time.monotonic() > deadline:
+                    raise EngineError(
+                        f"{self.name} did not become healthy at {self.base_url}{self.health_path} within "
+                        f"{self.startup_timeout if timeout is None else timeout:.0f} s; log {self.log_path}; "
+                        "last lines: " + " | ".join(tail(self.log_path, 20))
+                    )
+                time.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+
+    def _died_message(self, rc: int) -> str:
+        lines = tail(self.log_path, 20)
+        return (f"{self.name} exited with code {rc} before it was ready (log {self.log_path}); last lines: "
+                + (" | ".join(lines) if lines else "(empty log)"))
+
+    def stop(self) -> int | None:
+        """SIGTERM the process group, wait ``stop_timeout``, then SIGKILL. Returns the exit code."""
+        proc = self.proc
+        if proc is None:
+            return None
+        _LIVE.discard(self)
+        if proc.poll() is None:
+            self._signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        # children of the leader may outlive it: make sure the whole group is gone
+        self._signal_group(proc.pid, signal.SIGKILL)
+        return proc.returncode
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.running():
+                self.stop()
+
+    def serve_forever(self, poll: float = 1.0) -> int:
+        """Block until the server exits or Ctrl-C; always stops it. Returns the exit code."""
+        try:
+            while self.running():
+                time.sleep(poll)
+            if self.proc is not None and self.proc.returncode not in (0, None, -signal.SIGTERM):
+                raise EngineError(self._died_message(self.proc.returncode))
+        finally:
+            rc = self.stop()
+        return rc or 0
