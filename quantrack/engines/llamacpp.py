@@ -55,6 +55,11 @@ def llamacpp_options(spec: LaunchSpec) -> list[str]:
         opts += ["-c", str(spec.context_len)]
     opts += ["-np", str(spec.parallel or 1)]
     kv = llamacpp_kv(spec.arm)
+    from quantrack.engines.vllm import rulebook_flags
+
+    from_rules = rulebook_flags("llamacpp", spec.arm)  # checks the arm against rules/methods.toml too
+    if from_rules:
+        kv = from_rules[from_rules.index("--cache-type-k") + 1] if "--cache-type-k" in from_rules else kv
     if kv is not None:
         opts += ["--cache-type-k", kv, "--cache-type-v", kv]
         if kv not in ("f16", "f32", "bf16"):

@@ -28,7 +28,7 @@ from quantrack.engines.logparse import (
 from quantrack.errors import BadInput
 
 # --- arm -> flags -------------------------------------------------------------------------------
-# Local table (quantrack.rulebook.engine_flags was not available when this was written).
+# Fallback table, used only when quantrack.rulebook (engine_flags) is not importable.
 # --kv-cache-dtype choices: vllm@4ba787ec9:vllm/config/cache.py:L44-L66 (CacheDType).
 VLLM_KV = {
     "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bf16": "bfloat16",
@@ -45,10 +45,23 @@ VLLM_FROM_CHECKPOINT = {"w8a8_int8", "w8a8_fp8"}
 GGUF_TYPES = {"f32", "f16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl"}
 
 
+def rulebook_flags(engine: str, arm: Arm) -> list[str] | None:
+    """Flags from the rulebook (rules/methods.toml via quantrack.rulebook.engine_flags), or None when
+    that module is not installed (then each adapter's local table below is used)."""
+    try:
+        from quantrack.rulebook import engine_flags
+    except ImportError:
+        return None
+    return [part for item in engine_flags(engine, arm).items() for part in item]
+
+
 def vllm_flags(arm: Arm) -> list[str]:
     """The quantization / KV / dtype flags vLLM needs for this arm."""
     if arm.weights in GGUF_TYPES:
         raise BadInput(f"arm {arm.name!r}: weights {arm.weights} is a GGUF type; serve it with --engine llamacpp")
+    from_rules = rulebook_flags("vllm", arm)
+    if from_rules is not None:
+        return from_rules
     flags: list[str] = []
     quant = arm.quantization or VLLM_ONLINE_QUANT.get(arm.weights)
     if quant and quant not in VLLM_FROM_CHECKPOINT:

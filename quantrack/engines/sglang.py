@@ -1,0 +1,331 @@
+"""SGLang adapter: ``python -m sglang.launch_server`` argv, startup-log parser and live queries
+(``/get_server_info``, newer ``/server_info``).
+
+Patterns cite the f-strings in engine-facts.md §1.3/§2 (sglang@v0.5.23) and were checked against
+the real 0.5.16 logs in ../shared/data/sglang-h200. SGLang's "GB" is GiB (engine-facts §1.3).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.logparse import (
+    Line,
+    ReportBuilder,
+    none_word,
+    parse_float,
+    parse_int,
+    read_log_bytes,
+    scan,
+    torch_dtype_short,
+)
+from quantrack.engines.vllm import GGUF_TYPES, rulebook_flags
+from quantrack.errors import BadInput
+
+# --- arm -> flags (fallback table when quantrack.rulebook is absent; see vllm.py) ----------------------------------------------
+# --kv-cache-dtype choices: sglang@v0.5.23:python/sglang/srt/arg_groups/fields/model.py:L209-L218
+SGLANG_KV = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bf16": "bf16", "nvfp4": "nvfp4"}
+# --dtype choices: .../fields/model.py:L173
+SGLANG_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "bfloat16": "bfloat16",
+                "float16": "float16", "half": "half", "float32": "float32"}
+# --quantization choices: sglang@v0.5.23:python/sglang/srt/arg_groups/choices.py:L32-L67
+SGLANG_ONLINE_QUANT = {"fp8": "fp8"}
+
+
+def sglang_flags(arm: Arm) -> list[str]:
+    if arm.weights in GGUF_TYPES:
+        raise BadInput(f"arm {arm.name!r}: weights {arm.weights} is a GGUF type; serve it with --engine llamacpp")
+    from_rules = rulebook_flags("sglang", arm)
+    if from_rules is not None:
+        return from_rules
+    flags: list[str] = []
+    quant = arm.quantization or SGLANG_ONLINE_QUANT.get(arm.weights)
+    if quant:
+        flags += ["--quantization", quant]
+    if arm.kv != "auto":
+        if arm.kv not in SGLANG_KV:
+            raise BadInput(f"arm {arm.name!r}: SGLang has no KV-cache dtype {arm.kv!r}; "
+                           f"choose one of: auto, {', '.join(SGLANG_KV)}")
+        flags += ["--kv-cache-dtype", SGLANG_KV[arm.kv]]
+    if arm.dtype not in ("auto", ""):
+        if arm.dtype not in SGLANG_DTYPE:
+            raise BadInput(f"arm {arm.name!r}: unknown --dtype {arm.dtype!r}; choose one of: auto, "
+                           f"{', '.join(SGLANG_DTYPE)}")
+        flags += ["--dtype", SGLANG_DTYPE[arm.dtype]]
+    return flags
+
+
+# --- log patterns -------------------------------------------------------------------------------
+# "Load weight end. elapsed=%.2f s, type=%s, [quant=..., ]avail mem=%.2f GB, mem usage=%.2f GB."
+#   sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373-L1378
+_LOAD_END = re.compile(r"Load weight end\. .*?type=(\w+), (?:(quant=.*?), )?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
+# "KV Cache is allocated. dtype: %s, #tokens: %d, K size: %.2f GB, V size: %.2f GB" (or "KV size:")
+#   .../mem_cache/memory_pool.py:L2088-L2097; older builds omit "dtype:" (issue vllm-project/vllm#21348)
+_KV_ALLOC = re.compile(r"KV Cache is allocated\.(?: dtype: ([\w.]+),)? #tokens: (\d+), "
+                       r"(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)")
+# "max_total_num_tokens=%d, chunked_prefill_size=..., max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
+#   .../managers/scheduler.py:L1269-L1275
+_MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
+_KV_FIELDS = {k: re.compile(rf"\b{k}=([\w.]+)") for k in
+              ("max_running_requests", "context_len", "chunked_prefill_size", "max_prefill_tokens",
+               "available_gpu_mem")}
+# "Online %s quantization: quantized %d layers of types: %s"  .../load_model_utils.py:L172
+_ONLINE = re.compile(r"Online (\S+) quantization: quantized (\d+) layers")
+# "Capture {name} CUDA graph end. ... mem usage=%.2f GB" (cuda_graph_setup.py:L696, L788);
+# older builds: "Capture cuda graph end. Time elapsed: 5.02 s. mem usage=0.24 GB."
+_GRAPH_END = re.compile(r"Capture (?:([\w ]+?) )?(?:cuda|CUDA) graph end\..*?mem usage=([\d.]+) GB")
+_SERVER_ARGS = {k: re.compile(rf"\b{k}=('[^']*'|None|[\w.]+)") for k in
+                ("quantization", "kv_cache_dtype", "dtype", "attention_backend", "tp_size", "mem_fraction_static",
+                 "context_length", "model_path")}
+_ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (\S+) backend by default")
+_ATTN_MODEL = re.compile(r"Using (\S+) as attention backend")
+_MIN_CAP = re.compile(r"is not supported for the current GPU\. Minimum capability: (\d+)\. Current capability: (\d+)")
+_VERSION = re.compile(r"sglang(?: version|==| v)\s*(\d+\.\d+\.\d+\S*)", re.IGNORECASE)
+
+EXPECTED = (
+    "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
+    "max_concurrency_context", "cuda_graph_gib", "quantization", "attention_backend", "kv_cache_dtype", "dtype",
+)
+
+
+def _server_args(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    if "server_args=ServerArgs(" not in t:
+        return
+    vals: dict[str, str] = {}
+    for key, rx in _SERVER_ARGS.items():
+        m = rx.search(t)
+        if m:
+            vals[key] = m.group(1).strip("'")
+    if "quantization" in vals:
+        b.set("quantization", none_word(vals["quantization"]))
+    if "kv_cache_dtype" in vals:
+        b.extra("kv_cache_dtype_arg", vals["kv_cache_dtype"])
+    if "dtype" in vals:
+        b.extra("dtype_arg", vals["dtype"])
+    if vals.get("attention_backend") not in (None, "None"):
+        b.set("attention_backend", vals["attention_backend"])
+    if "tp_size" in vals:
+        b.extra("tp_size", parse_int(vals["tp_size"]))
+    if "mem_fraction_static" in vals:
+        b.extra("mem_fraction_static", parse_float(vals["mem_fraction_static"]))
+    if vals.get("context_length") not in (None, "None"):
+        b.extra("context_length_arg", parse_int(vals["context_length"]))
+
+
+def _load_end(b: ReportBuilder, ln: Line) -> None:
+    m = _LOAD_END.search(ln.text)
+    if m:
+        b.extra("model_class", m.group(1))
+        if m.group(2):
+            b.extra("quant_str", m.group(2))
+            b.set("quantization", m.group(2).split(",")[0].removeprefix("quant="))
+        b.extra("avail_mem_after_load_gib", parse_float(m.group(3)))
+        b.set("weights_gib", parse_float(m.group(4)))
+
+
+def _kv_alloc(b: ReportBuilder, ln: Line) -> None:
+    m = _KV_ALLOC.search(ln.text)
+    if not m:
+        return
+    if m.group(1):
+        b.set("kv_cache_dtype", torch_dtype_short(m.group(1)))
+    b.set("kv_cache_tokens", int(m.group(2)))
+    if m.group(3):
+        k, v = float(m.group(3)), float(m.group(4))
+        b.extra("k_size_gib", k)
+        b.extra("v_size_gib", v)
+        b.set("available_kv_gib", round(k + v, 2))
+    elif m.group(5):
+        b.set("available_kv_gib", float(m.group(5)))
+
+
+def _max_total(b: ReportBuilder, ln: Line) -> None:
+    m = _MAX_TOTAL.search(ln.text)
+    if not m:
+        return
+    # the scheduler's figure is the final capacity (after any --max-total-tokens cap)
+    b.set("kv_cache_tokens", int(m.group(1)), overwrite=not b.report.extra.get("_max_total_seen"))
+    b.extra("_max_total_seen", True)
+    for key, rx in _KV_FIELDS.items():
+        mm = rx.search(ln.text)
+        if mm:
+            b.extra(key, parse_float(mm.group(1)) if key == "available_gpu_mem" else parse_int(mm.group(1)))
+
+
+def _online(b: ReportBuilder, ln: Line) -> None:
+    m = _ONLINE.search(ln.text)
+    if m:
+        b.set("quantization", m.group(1), overwrite=b.report.quantization == "none")
+        b.extra("online_quantized_layers", int(m.group(2)))
+
+
+def _graph_end(b: ReportBuilder, ln: Line) -> None:
+    m = _GRAPH_END.search(ln.text)
+    if not m:
+        return
+    name = (m.group(1) or "decode").strip()
+    graphs = b.report.extra.setdefault("cuda_graph_mem_gib", {})
+    if name not in graphs:  # TP ranks repeat the line: count once
+        graphs[name] = float(m.group(2))
+        b.report.cuda_graph_gib = round(sum(graphs.values()), 2)
+
+
+def _attention(b: ReportBuilder, ln: Line) -> None:
+    m = _ATTN_DEFAULT.search(ln.text) or _ATTN_MODEL.search(ln.text)
+    if m:
+        b.set("attention_backend", m.group(1).strip("."))
+
+
+def _version(b: ReportBuilder, ln: Line) -> None:
+    m = _VERSION.search(ln.text)
+    if m:
+        b.set("engine_version", m.group(1))
+
+
+def _min_cap(b: ReportBuilder, ln: Line) -> None:
+    m = _MIN_CAP.search(ln.text)
+    if m:
+        b.extra("min_capability", int(m.group(1)))
+        b.extra("current_capability", int(m.group(2)))
+        b.error("min_capability_error", ln)
+
+
+def _bf16_fp16(b: ReportBuilder, ln: Line) -> None:
+    b.fallback("bf16_to_fp16", ln)
+    b.set("dtype", "fp16")
+
+
+def _simple(kind: str, bucket: str):  # type: ignore[no-untyped-def]
+    def handler(b: ReportBuilder, ln: Line) -> None:
+        b.event(bucket, kind, ln)
+    return handler
+
+
+def _generic_error(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text.lstrip()
+    if (t.startswith(("ERROR", "RuntimeError:", "ValueError:", "torch.OutOfMemoryError", "Traceback"))
+            and len(b.report.errors) < 50):
+        b.error("error", ln)
+
+
+RULES = [
+    ("server_args=ServerArgs(", _server_args),
+    ("Load weight end.", _load_end),
+    ("KV Cache is allocated", _kv_alloc),
+    ("max_total_num_tokens=", _max_total),
+    ("quantization: quantized", _online),
+    ("graph end.", _graph_end),
+    ("Attention backend not specified", _attention),
+    ("as attention backend", _attention),
+    ("sglang", _version),
+    ("SGLang", _version),
+    ("not supported for the current GPU", _min_cap),
+    # fallbacks / warnings / errors (engine-facts §2.1-§2.5)
+    ("does not have native support for FP8 computation", _simple("fp8_marlin", "fallbacks")),
+    ("does not have native support for FP4 computation", _simple("fp4_marlin", "fallbacks")),
+    ("explicitly, so forcing", _simple("awq_gptq_forced", "fallbacks")),
+    ("Falling back to unoptimized", _simple("layer_unoptimized_fallback", "fallbacks")),
+    ("Use float16 due to lack of bfloat16 support", _bf16_fp16),
+    ("Using FP8 KV cache but no scaling factors provided", _simple("kv_scale_uncalibrated", "warnings")),
+    ("is larger than the profiled value", _simple("max_total_tokens_capped", "warnings")),
+    ("SGLang only supports sm75 and above", _simple("min_capability_error", "errors")),
+    ("leave no GPU memory for the KV cache", _simple("no_kv_memory", "errors")),
+    ("does not support loading scaling factors", _simple("kv_scale_load_error", "errors")),
+    ("Error", _generic_error),
+    ("ERROR", _generic_error),
+    ("Traceback", _generic_error),
+]
+
+
+def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes, source: str | None = None) -> LogReport:
+    b = ReportBuilder("sglang", source, EXPECTED)
+    scan(lines, b, RULES)
+    r = b.report
+    r.extra.pop("_max_total_seen", None)
+    # dtype: the activation dtype is not printed; with --dtype auto and an 'auto' KV cache the pool
+    # dtype is the activation dtype, so report it then (labelled), otherwise the --dtype argument.
+    if r.dtype is None:
+        if r.extra.get("kv_cache_dtype_arg") == "auto" and r.kv_cache_dtype:
+            r.dtype = r.kv_cache_dtype
+            r.extra.setdefault("derived", {})["dtype"] = "KV pool dtype with --kv-cache-dtype auto"
+        elif r.extra.get("dtype_arg") not in (None, "auto"):
+            r.dtype = r.extra["dtype_arg"]
+    ctx = r.extra.get("context_len")
+    if r.kv_cache_tokens and ctx:
+        r.max_concurrency_context = int(ctx)
+        r.max_concurrency = round(r.kv_cache_tokens / int(ctx), 2)
+        r.extra.setdefault("derived", {})["max_concurrency"] = "max_total_num_tokens / context_len"
+    return b.finish()
+
+
+# --- live queries -------------------------------------------------------------------------------
+def parse_server_info(obj: Any) -> dict[str, Any]:
+    """Pure: ``/get_server_info`` (or ``/server_info``) JSON -> the capacity facts.
+
+    Real examples: ../shared/data/sglang-h200/server-info-*.json (SGLang 0.5.16).
+    """
+    if not isinstance(obj, dict):
+        return {}
+    keys = ("version", "max_total_num_tokens", "kv_cache_dtype", "quantization", "model_path", "dtype",
+            "context_length", "mem_fraction_static", "tp_size", "attention_backend", "max_running_requests",
+            "page_size", "max_req_input_len")
+    out = {k: obj.get(k) for k in keys if k in obj}
+    states = obj.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        for k in ("max_total_num_tokens", "last_gen_throughput", "memory_usage"):
+            if k in states[0] and k not in out:
+                out[k] = states[0][k]
+    if "version" in out:
+        out["engine_version"] = out.pop("version")
+    return out
+
+
+class SglangAdapter(EngineAdapter):
+    kind = "sglang"
+    default_port = 30000
+    health_path = "/health"
+
+    def launch_argv(self, spec: LaunchSpec) -> list[str]:
+        model = spec.arm.model or spec.model
+        head = [spec.binary] if spec.binary else [sys.executable, "-m", "sglang.launch_server"]
+        argv = head + ["--model-path", model, "--host", spec.host, "--port", str(spec.port)]
+        argv += sglang_flags(spec.arm)
+        if spec.util is not None:
+            argv += ["--mem-fraction-static", f"{spec.util:g}"]
+        if spec.context_len:
+            argv += ["--context-length", str(spec.context_len)]
+        if spec.tp and spec.tp != 1:
+            argv += ["--tp-size", str(spec.tp)]
+        if spec.served_name:
+            argv += ["--served-model-name", spec.served_name]
+        return argv + list(spec.arm.engine_args) + list(spec.extra_args)
+
+    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
+        return parse_sglang_log(lines, source)
+
+    def parse_log_file(self, path: str | Path) -> LogReport:
+        return parse_sglang_log(read_log_bytes(str(path)), source=str(path))
+
+    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+        """``/server_info`` first (the new name: the real 0.5.16 log says "Endpoint '/get_server_info'
+        is deprecated ... Please use '/server_info' instead."), then ``/get_server_info``
+        (listed in SGLang's native-API docs, sgl-project docs "SGLang Native APIs")."""
+        import httpx
+
+        base = base_url.rstrip("/")
+        out: dict[str, Any] = {"engine": "sglang", "base_url": base}
+        with httpx.Client(timeout=timeout) as client:
+            for path in ("/server_info", "/get_server_info"):
+                r = client.get(f"{base}{path}")
+                if r.status_code == 200:
+                    out.update(parse_server_info(r.json()))
+                    out["endpoint"] = path
+                    break
+        return out
