@@ -545,6 +545,56 @@ def predict_for_arm(
     }
 
 
+
+
+# --- the `plan` command's one object and one call -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything ``quantrack plan`` needs, validated by whoever builds it."""
+
+    shape: ModelShape
+    memory_bytes: float  # per device
+    memory_label: str  # how the memory was given, for the title ("24 GiB (--vram; bare number = GiB)")
+    arms: tuple[Arm, ...]
+    util: float | None = None  # None: 0.92 for the naive plan, the engine's own default for --engine
+    overhead_bytes: float = 0
+    tp: int = 1
+    context_len: int = 4096
+    engine: str | None = None
+    gpu_name: str | None = None
+    decimal: bool = False  # show GB (1e9) instead of GiB
+
+    def title(self) -> str:
+        unit = "GB (decimal, 1e9 B)" if self.decimal else "GiB (2^30 B)"
+        parts = [f"Capacity plan for {self.shape.name}: derived, not measured",
+                 f"memory {self.memory_label}" + (f" x TP {self.tp}" if self.tp > 1 else ""),
+                 f"util {self.util if self.util is not None else 0.92}",
+                 f"context {self.context_len}", f"sizes in {unit}"]
+        if self.overhead_bytes:
+            parts.append(f"overhead {self.overhead_bytes / (1e9 if self.decimal else GiB):g} "
+                         f"{'GB' if self.decimal else 'GiB'}")
+        if self.shape.params_estimated:
+            parts.append("params estimated from shapes")
+        return "; ".join(parts)
+
+
+def run_plan(req: PlanRequest) -> list[PlanRow]:
+    """Naive rows for every arm; with ``req.engine`` set, the engine-aware prediction beside each."""
+    rows = plan(req.shape, req.memory_bytes, list(req.arms), util=req.util if req.util is not None else 0.92,
+                overhead_bytes=req.overhead_bytes, tp=req.tp, context_len=req.context_len)
+    if req.engine:
+        for row, arm in zip(rows, req.arms, strict=True):
+            pred = predict_engine(req.shape, req.memory_bytes, arm, req.engine, util=req.util,
+                                  context_len=req.context_len, tp=req.tp, gpu_name=req.gpu_name)
+            row.engine = req.engine
+            row.engine_tokens = pred.engine_tokens
+            row.engine_weights_bytes = pred.weights_bytes * (req.tp if req.engine != "llamacpp" else 1)
+            row.engine_kv_bytes = pred.kv_bytes
+    return rows
+
+
 __all__ = [
     "W4A16_GROUP_OVERHEAD",
     "EnginePrediction",

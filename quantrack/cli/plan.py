@@ -1,0 +1,168 @@
+"""``quantrack plan``: derived capacity per arm (weights, KV budget, tokens, concurrency).
+
+Parse -> build one PlanRequest -> capacity.run_plan -> render. Every number printed is derived.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from quantrack.errors import BadInput
+
+_SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
+
+
+def _positive_int(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise BadInput(f"--{name} must be an integer, got {value!r}") from None
+    if n <= 0:
+        raise BadInput(f"--{name} must be greater than zero, got {value!r}")
+    return n
+
+
+def _positive_float(name: str, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        x = float(value.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise BadInput(f"--{name} must be a number, got {value!r}") from None
+    if not x > 0 or x == float("inf"):
+        raise BadInput(f"--{name} must be greater than zero, got {value!r}")
+    return x
+
+
+def build_request(opts: dict[str, Any]) -> Any:
+    """Turn the command's options into one validated capacity.PlanRequest (BadInput on any conflict)."""
+    from quantrack import capacity, catalog, units
+    from quantrack.arms import default_arms, parse_arm_spec, with_baseline
+
+    given_shape = [k for k in _SHAPE_FLAGS + ("hidden_size", "vocab_size") if opts.get(k) is not None]
+    sources = [f for f in ("model", "config", "gguf") if opts.get(f)] + (["params ..."] if given_shape else [])
+    if len(sources) > 1:
+        raise BadInput(f"give one model source, not {' and '.join('--' + s for s in sources)}")
+    if not sources:
+        raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/--head-dim")
+    if opts.get("model"):
+        shape = catalog.get_model(opts["model"])
+    elif opts.get("config"):
+        from quantrack.hfconfig import load_hf_config
+
+        shape = load_hf_config(opts["config"])
+    elif opts.get("gguf"):
+        from quantrack.ggufmeta import load_gguf
+
+        shape = load_gguf(opts["gguf"])
+    else:
+        missing = [k for k in _SHAPE_FLAGS if opts.get(k) is None]
+        if missing:
+            raise BadInput("--params needs " + ", ".join("--" + k.replace("_", "-") for k in missing))
+        shape = catalog.ModelShape(
+            name="custom", params=_positive_float("params", opts["params"]) or 0.0,
+            layers=_positive_int("layers", opts["layers"]) or 0,
+            kv_heads=_positive_int("kv-heads", opts["kv_heads"]) or 0,
+            head_dim=_positive_int("head-dim", opts["head_dim"]) or 0,
+            hidden_size=_positive_int("hidden-size", opts.get("hidden_size")),
+            vocab_size=_positive_int("vocab-size", opts.get("vocab_size")),
+            source="command-line shapes",
+        )
+    if opts.get("vram") and opts.get("gpu"):
+        raise BadInput("give --vram or --gpu, not both")
+    gpu_name = None
+    if opts.get("vram"):
+        memory = units.parse_memory(opts["vram"], what="--vram")
+        unit = units.unit_of(opts["vram"])
+        decimal = units.is_decimal(unit)
+        label = f"{opts['vram']} (--vram{'; bare number = GiB' if unit == 'GiB' and opts['vram'].strip()[-1:].isdigit() else ''})"
+    elif opts.get("gpu"):
+        gpu = catalog.get_gpu(opts["gpu"])
+        if gpu.vendor == "cpu" or gpu.total_bytes <= 0:
+            raise BadInput(f"--gpu {gpu.name} has no fixed memory; give --vram with the RAM to use instead")
+        memory, decimal, label, gpu_name = gpu.total_bytes, False, gpu.memory_basis, gpu.name
+    else:
+        raise BadInput("no memory: give --vram (24, 24GiB, 16GB) or --gpu NAME")
+    util = opts.get("util")
+    if util is not None:
+        try:
+            util = float(util)
+        except ValueError:
+            raise BadInput(f"--util must be a number in (0, 1], got {opts['util']!r}") from None
+        if not 0 < util <= 1:
+            raise BadInput(f"--util must be in (0, 1], got {opts['util']}")
+    overhead = 0
+    if opts.get("overhead") not in (None, "0", "0GiB", "0GB"):
+        overhead = units.parse_memory(opts["overhead"], what="--overhead")
+    tp = _positive_int("tp", opts.get("tp")) or 1
+    ctx = _positive_int("context-len", opts.get("context_len")) or 4096
+    arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]]) if opts.get("arm") else default_arms()
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):
+        raise BadInput(f"--arm given twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    return capacity.PlanRequest(
+        shape=shape, memory_bytes=float(memory), memory_label=label, arms=tuple(arms), util=util,
+        overhead_bytes=float(overhead), tp=tp, context_len=ctx, engine=opts.get("engine"), gpu_name=gpu_name,
+        decimal=decimal,
+    )
+
+
+def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
+    from quantrack.render import render
+
+    if fmt in ("json", "csv"):
+        return render([r.to_dict() for r in rows], fmt)
+    scale, unit = (1e9, "GB") if req.decimal else (1024**3, "GiB")
+    base = rows[0].arm
+    table = []
+    for r in rows:
+        d: dict[str, Any] = {
+            "arm": r.arm, "weights / KV": f"{r.weights_format} / {r.kv_dtype}",
+            f"weights ({unit})": f"{r.weights_bytes / scale:.2f}",
+            f"KV budget ({unit})": f"{r.kv_budget_bytes / scale:.2f}",
+            "KV bytes/token": f"{r.kv_bytes_per_token:,.0f}",
+            "token capacity": f"{r.token_capacity:,}" if r.fits else "DOES NOT FIT",
+            f"concurrent @{r.context_len}": f"{r.concurrency:.2f}" if r.fits else "-",
+            f"vs {base}": f"{r.vs_baseline:.2f}x" if r.vs_baseline is not None and r.fits else "-",
+        }
+        if req.engine:
+            d[f"{req.engine} tokens (engine-aware)"] = f"{r.engine_tokens:,}" if r.engine_tokens else "DOES NOT FIT"
+        d["notes"] = "; ".join(r.notes)
+        table.append(d)
+    if not any(d["notes"] for d in table):
+        for d in table:
+            d.pop("notes")
+    return render(table, "md" if fmt == "md" else "table", title=req.title())
+
+
+@click.command("plan")
+@click.option("--model", help="Catalog model name (see `quantrack catalog models`).")
+@click.option("--config", type=click.Path(dir_okay=False), help="A Hugging Face config.json.")
+@click.option("--gguf", type=click.Path(dir_okay=False), help="A GGUF file (metadata only is read).")
+@click.option("--params", help="Total parameter count, e.g. 8.03e9.")
+@click.option("--layers", help="Number of layers.")
+@click.option("--kv-heads", help="KV heads.")
+@click.option("--head-dim", help="Head dimension.")
+@click.option("--hidden-size", help="Hidden size (optional).")
+@click.option("--vocab-size", help="Vocabulary size (optional).")
+@click.option("--vram", help="Memory per GPU: 24 (= GiB), 24GiB, 16GB (decimal), 512MiB.")
+@click.option("--gpu", help="Catalog GPU (see `quantrack catalog gpus`); uses its device-reported memory.")
+@click.option("--tp", help="Tensor-parallel size (default 1).")
+@click.option("--util", help="Fraction of memory the engine may use, in (0, 1] (default 0.92).")
+@click.option("--overhead", help="Fixed overhead subtracted from the budget (memory string, default 0).")
+@click.option("--context-len", help="Tokens per request for the concurrency column (default 4096).")
+@click.option("--arm", "arm", multiple=True,
+              help="Arm preset (bf16, fp8, fp8-kv, int8, w4a16 ...) or weights=…,kv=…; repeatable.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang"]), help="Add the engine-aware prediction column.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "md"]), default="table",
+              show_default=True)
+def plan(**opts: Any) -> None:
+    """Derived capacity per arm: weights, KV budget, KV tokens, concurrency (not measured)."""
+    from quantrack.capacity import run_plan
+
+    req = build_request(opts)
+    click.echo(render_rows(req, run_plan(req), opts["fmt"]))
