@@ -1,0 +1,106 @@
+"""Inputs of an exact token count, built with the server's own tokenizer.
+
+Every request gets a different prompt (it starts with its own index), so no request is served
+from a prefix cache left by the one before (vLLM prefix caching, SGLang's radix cache and
+llama.cpp's slot cache would otherwise skip most of the prefill and make TTFT meaningless).
+
+Exact: the text is tokenized by the server (vLLM/SGLang ``POST /tokenize {"model","prompt"}``
+-> ``{"tokens","count"}``; llama.cpp ``POST /tokenize {"content"}`` -> ``{"tokens"}``) and the
+first N token ids are sent as the prompt of ``/v1/completions``. Chat requests need text and
+get a chat template on top, so their length is approximate (and said so); the server's
+``usage.prompt_tokens`` is recorded either way.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quantrack.errors import MeasurementError
+
+# Plain, common words: roughly one token each in BPE vocabularies, so the first guess is close.
+_WORDS = (
+    "the", "river", "city", "light", "morning", "paper", "table", "window", "garden", "music",
+    "simple", "number", "people", "water", "between", "market", "little", "before", "letter",
+    "green", "market", "winter", "summer", "station", "evening", "question", "answer", "history",
+    "mountain", "road", "bridge", "school", "travel", "picture", "family", "morning", "kitchen",
+    "orange", "yellow", "silver", "doctor", "teacher", "country", "village", "forest", "animal",
+    "weather", "season", "minute", "system", "program", "message", "engine", "signal", "center",
+    "middle", "corner", "border", "island", "harbor", "valley",
+)
+
+Tokenizer = Callable[[str], list[int]]
+
+
+@dataclass
+class PromptSet:
+    """Prompts for a run: token-id lists (exact) or texts (approximate)."""
+
+    prompts: list[str | list[int]]
+    exact: bool
+    method: str  # shown in the output, e.g. "exact: token ids from llamacpp /tokenize"
+
+
+def filler_text(index: int, n_words: int) -> str:
+    """Deterministic text for request ``index``: its own first words, then pseudo-random words."""
+    rng = random.Random(index)
+    words = [rng.choice(_WORDS) for _ in range(n_words)]
+    return f"Request {index}: " + " ".join(words)
+
+
+def exact_token_prompt(index: int, n_tokens: int, tokenize: Tokenizer) -> list[int]:
+    """The first ``n_tokens`` ids of request ``index``'s text, tokenized by the server."""
+    n_words = max(8, n_tokens)
+    for _ in range(8):
+        ids = tokenize(filler_text(index, n_words))
+        if len(ids) >= n_tokens:
+            return ids[:n_tokens]
+        n_words *= 2
+    raise MeasurementError(f"could not build a {n_tokens}-token prompt: /tokenize returned too few tokens")
+
+
+def approximate_text_prompt(index: int, n_tokens: int, tokenize: Tokenizer | None) -> str:
+    """Text of about ``n_tokens`` tokens (at most that many, when a tokenizer is available)."""
+    if tokenize is None:
+        return filler_text(index, max(1, n_tokens - 3))
+    n_words = max(1, n_tokens)
+    for _ in range(12):
+        count = len(tokenize(filler_text(index, n_words)))
+        if count <= n_tokens:
+            return filler_text(index, n_words)
+        n_words = max(1, int(n_words * n_tokens / count) - 1)
+    return filler_text(index, n_words)
+
+
+def build_prompts(count: int, n_tokens: int, tokenize: Tokenizer | None, *, chat: bool, source: str, start: int = 0) -> PromptSet:
+    """``count`` distinct prompts of ``n_tokens`` (exact when possible), request indices from ``start``."""
+    if tokenize is not None and not chat:
+        return PromptSet(
+            prompts=[exact_token_prompt(i, n_tokens, tokenize) for i in range(start, start + count)],
+            exact=True,
+            method=f"exact: {n_tokens} token ids from {source}",
+        )
+    why = "chat template adds tokens" if chat else f"no tokenize endpoint ({source})"
+    return PromptSet(
+        prompts=[approximate_text_prompt(i, n_tokens, tokenize) for i in range(start, start + count)],
+        exact=False,
+        method=f"approximate: text of about {n_tokens} tokens ({why}); see prompt_tokens",
+    )
+
+
+def server_tokenizer(engine: str, request_json: Callable[..., object], model: str | None) -> Tokenizer:
+    """A tokenize function backed by the server's endpoint (see the module docstring)."""
+
+    def tokenize(text: str) -> list[int]:
+        if engine == "llamacpp":
+            # add_special: include BOS where the model uses one, as a text prompt would get
+            answer = request_json("POST", "/tokenize", {"content": text, "add_special": True})
+        else:
+            answer = request_json("POST", "/tokenize", {"model": model, "prompt": text})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise MeasurementError(f"{engine} /tokenize answered without a token list")
+        return tokens
+
+    return tokenize
