@@ -1,0 +1,158 @@
+"""``quantrack preflight``: check arms against the rulebook on a GPU before renting or running.
+
+Parse -> build one PreflightRequest -> preflight.run_preflight -> render. Exit 0 when nothing is
+rejected, 3 when something is (or, with --strict, warned), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from quantrack.errors import BadInput
+
+_SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
+
+
+def _number(flag: str, value: str, integer: bool) -> float:
+    try:
+        x = float(value.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise BadInput(f"--{flag} must be a{'n integer' if integer else ' number'}, got {value!r}") from None
+    if not 0 < x < float("inf") or (integer and x != int(x)):
+        raise BadInput(f"--{flag} must be a positive {'integer' if integer else 'number'}, got {value!r}")
+    return x
+
+
+def model_from_options(opts: dict[str, Any]) -> Any:
+    """A ModelShape from --model / --config / --gguf / --params..., or None when none is given."""
+    from quantrack import catalog
+
+    shape_given = [k for k in _SHAPE_FLAGS if opts.get(k) is not None]
+    sources = [f"--{f}" for f in ("model", "config", "gguf") if opts.get(f)] + (["--params ..."] if shape_given else [])
+    if len(sources) > 1:
+        raise BadInput(f"give one model source, not {' and '.join(sources)}")
+    if opts.get("model"):
+        return catalog.get_model(opts["model"])
+    if opts.get("config"):
+        from quantrack.hfconfig import load_hf_config
+
+        return load_hf_config(opts["config"])
+    if opts.get("gguf"):
+        from quantrack.ggufmeta import load_gguf
+
+        return load_gguf(opts["gguf"])
+    if shape_given:
+        missing = [k for k in _SHAPE_FLAGS if opts.get(k) is None]
+        if missing:
+            raise BadInput("--params needs " + ", ".join("--" + k.replace("_", "-") for k in missing))
+        return catalog.ModelShape(
+            name="custom", params=_number("params", opts["params"], False),
+            layers=int(_number("layers", opts["layers"], True)),
+            kv_heads=int(_number("kv-heads", opts["kv_heads"], True)),
+            head_dim=int(_number("head-dim", opts["head_dim"], True)), source="command-line shapes")
+    return None
+
+
+def build_request(opts: dict[str, Any]) -> Any:
+    """One validated PreflightRequest from the options (BadInput on conflicts)."""
+    from quantrack.arms import parse_arm_spec, with_baseline
+    from quantrack.preflight import PreflightRequest, request_from_study, resolve_gpus
+
+    if opts["study"] and opts["arm"]:
+        raise BadInput("give --arm or --study, not both (a study file lists its own [[arms]])")
+    if opts["mig"] is not None and opts["gpu"] and opts["gpu"].lower() == "auto":
+        raise BadInput("--mig/--no-mig describe a catalog GPU; with --gpu auto NVML reports the MIG mode")
+    model = model_from_options(opts)
+    model_path = opts.get("gguf") or (model.hf_id if model is not None and model.hf_id else None)
+    common = {"engine_version": opts["engine_version"], "cuda": opts["cuda"], "mig": opts["mig"],
+              "util": opts["util"], "context_len": opts["context_len"], "tp": opts["tp"]}
+    if opts["study"]:
+        return request_from_study(opts["study"], gpu=opts["gpu"], engine=opts["engine"], model=model,
+                                  model_path=model_path, **common)
+    if not opts["arm"]:
+        raise BadInput("no arms: give --arm (repeatable, e.g. --arm bf16 --arm fp8) or --study FILE")
+    if not opts["gpu"]:
+        raise BadInput("no GPU: give --gpu NAME (see `quantrack catalog gpus`) or --gpu auto")
+    arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]])
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):
+        raise BadInput(f"--arm given twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    return PreflightRequest(gpus=resolve_gpus(opts["gpu"]), arms=arms, engine=opts["engine"] or "vllm",
+                            model=model, model_path=model_path, **{**common, "tp": opts["tp"] or 1})
+
+
+def render_report(report: Any, fmt: str, strict: bool) -> str:
+    import json
+
+    from quantrack.preflight import summary_rows
+    from quantrack.render import render
+
+    if fmt == "json":
+        return json.dumps(report.to_dict(strict), indent=2, default=str)
+    version = f"{report.engine} {report.engine_version}{' (assumed)' if report.version_assumed else ''}"
+    head = f"preflight: {version}, CUDA build {report.cuda or 'not given'}; verdict {report.verdict.upper()}"
+    rows = summary_rows(report)
+    out = [render(rows, "table", title=head, headers={"naive_tokens": "naive tokens*",
+                                                      "engine_tokens": "engine tokens*"}),
+           "* derived (arithmetic), not measured; '?' = rule not checked (a fact is missing)"]
+    for r in report.results:
+        out.append(f"\n{r.gpu} / {r.arm}: {r.verdict.upper()}")
+        for v in r.reasons:
+            out.append(f"  {v.verdict:9} {v.rule_id}: {v.message}")
+            if v.fix and v.verdict != "allow":
+                out.append(f"            fix: {v.fix}")
+            for line in v.log_lines:
+                out.append(f"            expect in the log: {line}")
+            out.append(f"            source: {v.source}")
+        if r.capacity:
+            c = r.capacity
+            out.append(f"  capacity (derived): naive {c.get('naive_tokens')} tokens, {report.engine}-aware "
+                       f"{c.get('engine_tokens')} tokens at context {c.get('context_len', '-')}")
+        elif r.capacity_note:
+            out.append(f"  capacity: {r.capacity_note}")
+        if r.flags:
+            out.append("  engine flags: " + " ".join(f"{k} {v}" for k, v in r.flags.items()))
+        if r.launch_display:
+            out.append(f"  launch: {r.launch_display}")
+        elif r.launch_note:
+            out.append(f"  {r.launch_note}")
+    for v in report.study:
+        out.append(f"\nstudy: {v.verdict} {v.rule_id}: {v.message}\n  fix: {v.fix}\n  source: {v.source}")
+    for n in report.notes:
+        out.append(f"note: {n}")
+    return "\n".join(out)
+
+
+@click.command("preflight")
+@click.option("--gpu", help="Catalog GPU name, or 'auto' for every GPU NVML sees on this node.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
+              help="Engine (default vllm, or the study's).")
+@click.option("--engine-version", help="Engine version, e.g. 0.33.0 (default: the version the rules were read from).")
+@click.option("--cuda", help="CUDA version the engine was built with, e.g. 12.4 (not the driver's).")
+@click.option("--mig/--no-mig", default=None, help="The catalog GPU is a MIG slice (NVML reports it with --gpu auto).")
+@click.option("--model", help="Catalog model name.")
+@click.option("--config", type=click.Path(dir_okay=False), help="A Hugging Face config.json.")
+@click.option("--gguf", type=click.Path(dir_okay=False), help="A GGUF file (metadata only is read).")
+@click.option("--params", help="Total parameter count, e.g. 8.03e9.")
+@click.option("--layers", help="Number of layers.")
+@click.option("--kv-heads", help="KV heads.")
+@click.option("--head-dim", help="Head dimension.")
+@click.option("--arm", multiple=True, help="Preset (bf16, fp8, fp8-kv, kv-fp8, int8, w4a16, awq, gptq) or weights=..,kv=..")
+@click.option("--study", type=click.Path(dir_okay=False), help="A study file (TOML) instead of --arm.")
+@click.option("--util", type=float, help="GPU memory utilisation (vLLM) / mem fraction (SGLang).")
+@click.option("--context-len", type=int, help="Context length (--max-model-len).")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel size.")
+@click.option("--strict", is_flag=True, help="Exit 3 on warnings too.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+def preflight(ctx: click.Context, **opts: Any) -> None:
+    """Verdict (allow/warn/reject) per GPU x arm with rule ids and sources, derived capacity and
+    the launch command. Exit 0 = nothing rejected, 3 = something rejected (--strict: or warned)."""
+    from quantrack.preflight import run_preflight
+
+    req = build_request(opts)
+    report = run_preflight(req)
+    click.echo(render_report(report, opts["fmt"], opts["strict"]))
+    ctx.exit(report.exit_code(opts["strict"]))

@@ -1,0 +1,258 @@
+"""Preflight: every arm x every GPU through the rulebook, with derived capacity and the launch command.
+
+Owns the one library call behind ``quantrack preflight`` (``run_preflight``) and the request it
+takes (``PreflightRequest``, built from flags or from a study file by ``request_from_study``).
+Nothing is measured here: verdicts come from rules, capacity is arithmetic (labelled derived).
+Optional pieces (capacity model, engine adapters) are imported lazily; when one is missing the
+column is left out with a note, never guessed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.catalog import GPU, ModelShape, get_gpu
+from quantrack.errors import BadInput, QuantrackError
+from quantrack.rulebook import (
+    ENGINES,
+    UNCHECKED,
+    StudyContext,
+    Verdict,
+    engine_flags,
+    engine_table,
+    evaluate,
+    evaluate_study,
+    facts_of,
+    overall,
+    parse_version,
+)
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
+
+
+@dataclass
+class PreflightRequest:
+    gpus: list[Any]  # catalog GPU or nvml.NodeGPU
+    arms: list[Arm]
+    engine: str = "vllm"
+    engine_version: str | None = None
+    cuda: str | None = None  # CUDA the engine was built with
+    mig: bool | None = None
+    model: ModelShape | None = None
+    model_path: str | None = None  # what the engine serves (HF id, dir, GGUF file)
+    util: float | None = None
+    context_len: int | None = None
+    tp: int = 1
+    eval_questions: int | None = None  # accuracy sample size, if the study runs one
+    study_name: str | None = None
+
+    def validate(self) -> None:
+        if self.engine not in ENGINES:
+            from quantrack.errors import unknown
+
+            raise unknown("engine", self.engine, ENGINES)
+        if not self.arms:
+            raise BadInput("no arms: give --arm (repeatable) or --study FILE")
+        if not self.gpus:
+            raise BadInput("no GPU: give --gpu NAME or --gpu auto")
+        if self.util is not None and not (0 < self.util <= 1):
+            raise BadInput(f"--util must be in (0, 1], got {self.util}")
+        if self.context_len is not None and self.context_len < 1:
+            raise BadInput(f"--context-len must be >= 1, got {self.context_len}")
+        if self.tp < 1:
+            raise BadInput(f"--tp must be >= 1, got {self.tp}")
+        if self.engine_version and self.engine != "llamacpp":
+            parse_version(self.engine_version, "--engine-version")
+        if self.cuda:
+            parse_version(self.cuda, "--cuda")
+
+
+@dataclass
+class ArmResult:
+    gpu: str
+    arm: str
+    verdict: str
+    reasons: list[Verdict]
+    flags: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, Any] | None = None
+    capacity_note: str | None = None
+    launch: list[str] | None = None
+    launch_note: str | None = None
+
+    @property
+    def launch_display(self) -> str | None:
+        return shlex.join(self.launch) if self.launch else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu, "arm": self.arm, "verdict": self.verdict,
+            "reasons": [v.to_dict() for v in self.reasons], "engine_flags": self.flags,
+            "capacity": self.capacity, "capacity_note": self.capacity_note,
+            "launch": self.launch, "launch_display": self.launch_display, "launch_note": self.launch_note,
+        }
+
+
+@dataclass
+class PreflightReport:
+    engine: str
+    engine_version: str
+    version_assumed: bool
+    cuda: str | None
+    results: list[ArmResult]
+    study: list[Verdict]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return overall([*self.study, *(v for r in self.results for v in r.reasons)])
+
+    def exit_code(self, strict: bool = False) -> int:
+        worst = self.verdict
+        if worst == "reject" or (strict and worst == "warn"):
+            return EXIT_REJECTED
+        return EXIT_OK
+
+    def to_dict(self, strict: bool = False) -> dict[str, Any]:
+        return {
+            "engine": self.engine, "engine_version": self.engine_version, "engine_version_assumed": self.version_assumed,
+            "cuda": self.cuda, "verdict": self.verdict, "exit_code": self.exit_code(strict),
+            "results": [r.to_dict() for r in self.results], "study": [v.to_dict() for v in self.study],
+            "notes": self.notes, "basis": {"verdicts": "rules (rules/rules-*.toml)", "capacity": "derived"},
+        }
+
+
+def resolve_gpus(name: str) -> list[Any]:
+    """``auto`` = every visible NVIDIA GPU (NVML); otherwise one catalog GPU by name or alias."""
+    if name.strip().lower() == "auto":
+        from quantrack.nvml import read_gpus
+
+        found = read_gpus()
+        if not found:
+            from quantrack.errors import EnvironmentMissing
+            from quantrack.nvml import NO_DRIVER
+
+            raise EnvironmentMissing(NO_DRIVER)
+        return list(found)
+    return [get_gpu(name)]
+
+
+def _catalog_gpu(gpu: Any) -> GPU:
+    """The catalog GPU for capacity arithmetic; for an NVML device, with NVML's total memory."""
+    if isinstance(gpu, GPU):
+        return gpu
+    base: GPU = gpu.gpu
+    return replace(base, nvml_total_mib=int(gpu.memory_bytes // 2**20))
+
+
+def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any] | None, str | None]:
+    if req.model is None:
+        return None, "no model given (--model/--config/--gguf/--params): capacity not derived"
+    try:
+        from quantrack.capacity import predict_for_arm
+    except ImportError:
+        return None, "capacity model (quantrack.capacity) not available"
+    try:
+        pred = predict_for_arm(req.model, gpu, arm, req.engine, util=req.util, context_len=req.context_len, tp=req.tp)
+    except QuantrackError as exc:
+        return None, f"capacity not derived: {exc}"
+    keep = ("naive_tokens", "engine_tokens", "engine_max_concurrency", "context_len", "fits", "naive_weights_gib",
+            "engine_weights_gib", "engine_kv_gib", "engine_kv_mib", "kv_dtype", "basis")
+    return {k: pred[k] for k in keep if k in pred}, None
+
+
+def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, str | None]:
+    try:
+        from quantrack.engines import get_adapter  # type: ignore[attr-defined]
+        from quantrack.engines.base import LaunchSpec
+    except ImportError:
+        return None, "launch command: engine adapters (quantrack.engines.get_adapter) not available yet"
+    model = arm.model or req.model_path or (req.model.hf_id if req.model else None) or (req.model.name if req.model else None)
+    if not model:
+        return None, "launch command: no model to serve (--model NAME, --config, --gguf or a study [model] path)"
+    try:
+        adapter = get_adapter(req.engine)
+        argv = adapter.launch_argv(LaunchSpec(model=model, arm=arm, context_len=req.context_len, util=req.util,
+                                              tp=req.tp))
+    except QuantrackError as exc:
+        return None, f"launch command not built: {exc}"
+    return list(argv), None
+
+
+def run_preflight(req: PreflightRequest) -> PreflightReport:
+    """Evaluate every arm on every GPU; derived capacity and the launch command for runnable arms."""
+    req.validate()
+    table = engine_table(req.engine, req.engine_version)
+    assumed = req.engine_version is None
+    version = req.engine_version or str(table["assumed_version"])
+    ctx = StudyContext(arms=tuple(req.arms), eval_questions=req.eval_questions,
+                       model_params=req.model.params if req.model else None, tp=req.tp)
+    notes: list[str] = []
+    if assumed and req.engine != "llamacpp":
+        notes.append(f"--engine-version not given: rules assume {req.engine} {version}, the version the facts were read from")
+    if req.cuda is None and req.engine == "vllm":
+        notes.append("--cuda not given: gates on the CUDA the engine was built with are reported as unchecked")
+    results: list[ArmResult] = []
+    for gpu in req.gpus:
+        facts = facts_of(gpu)
+        cuda_driver = getattr(gpu, "cuda_driver_version", None)
+        if cuda_driver:
+            notes.append(f"{facts.name}: driver supports CUDA {cuda_driver} (not the CUDA the engine was built with)")
+        label = facts.name if not hasattr(gpu, "index") else f"{gpu.index}:{facts.name}"
+        for arm in req.arms:
+            verdicts = evaluate(gpu, arm, req.engine, req.engine_version, req.cuda, req.mig, ctx)
+            verdict = overall(verdicts)
+            try:
+                flags = engine_flags(req.engine, arm, req.engine_version)
+            except QuantrackError:
+                flags = {}  # the rule verdicts already say why
+            cap, cap_note = _capacity(req, _catalog_gpu(gpu), arm)
+            launch, launch_note = (None, "not runnable: no launch command") if verdict == "reject" else _launch(req, arm)
+            results.append(ArmResult(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
+                                     capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note))
+    return PreflightReport(engine=req.engine, engine_version=version, version_assumed=assumed, cuda=req.cuda,
+                           results=results, study=evaluate_study(ctx), notes=list(dict.fromkeys(notes)))
+
+
+def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
+    """A request from a study file; non-None ``overrides`` (from flags) win over the file."""
+    from quantrack.study import load_study
+
+    study = load_study(path)
+    model = None
+    if study.model.name:
+        from quantrack.catalog import get_model
+
+        model = get_model(study.model.name)
+    elif study.model.config:
+        from quantrack.hfconfig import load_hf_config
+
+        model = load_hf_config(study.model.config)
+    elif study.model.gguf:
+        from quantrack.ggufmeta import load_gguf
+
+        model = load_gguf(study.model.gguf)
+    gpu_name = overrides.pop("gpu", None) or study.gpu.name
+    fields: dict[str, Any] = {
+        "gpus": resolve_gpus(gpu_name), "arms": list(study.arms), "engine": study.engine.kind,
+        "engine_version": study.engine.version, "cuda": study.gpu.cuda, "model": model,
+        "model_path": study.model.path or study.model.gguf, "util": study.gpu.util,
+        "context_len": study.context_len, "tp": study.gpu.count,
+        "eval_questions": study.eval.num_questions if study.eval.task else None, "study_name": study.name,
+    }
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return PreflightRequest(**fields)
+
+
+def summary_rows(report: PreflightReport) -> list[dict[str, Any]]:
+    """One row per GPU x arm for the table view."""
+    rows = []
+    for r in report.results:
+        cap = r.capacity or {}
+        rules = [v.rule_id + ("?" if v.verdict == UNCHECKED else "") for v in r.reasons if v.verdict != "allow"]
+        rows.append({"gpu": r.gpu, "arm": r.arm, "verdict": r.verdict.upper(),
+                     "naive_tokens": cap.get("naive_tokens"), "engine_tokens": cap.get("engine_tokens"),
+                     "rules": ", ".join(rules) or "-"})
+    return rows
