@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LogEvent, LogReport
 from quantrack.errors import BadInput, NotFound, did_you_mean
 
@@ -101,5 +103,88 @@ def parse_logs(paths: Iterable[str | Path], engine: str = "auto") -> list[LogRep
     return [parse_log_file(p, engine) for p in paths]
 
 
-__all__ = ["ENGINE_KINDS", "EngineAdapter", "LogEvent", "LogReport", "detect_engine", "engine_scores",
-           "get_adapter", "normalize_kind", "parse_log_file", "parse_logs"]
+def arm_from_report(report: LogReport) -> Arm:
+    """The arm a log describes: weights from its quantization, KV dtype from its KV-cache dtype."""
+    from quantrack.arms import make_arm
+
+    quant = (report.quantization or "none").lower()
+    kv_raw = (report.kv_cache_dtype or "auto").lower()
+    if report.engine == "llamacpp":
+        weights = quant if quant in ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0",
+                                     "q4_1", "q4_k", "iq4_nl") else "f16"
+        kv = kv_raw if "," not in kv_raw and kv_raw != "f16" else "auto"
+        return make_arm(f"{weights}-kv-{kv}" if kv != "auto" else weights, weights=weights, kv=kv,
+                        dtype="auto")
+    weights = {"none": (report.dtype or "bf16"), "fp8": "fp8", "w8a8_int8": "int8", "awq": "w4a16",
+               "awq_marlin": "w4a16", "gptq": "w4a16", "gptq_marlin": "w4a16"}.get(quant, quant)
+    kv = "auto" if kv_raw in ("auto", "bf16", "fp16", report.dtype or "bf16") else kv_raw
+    quantization = None if quant == "none" else quant
+    return make_arm(None, weights=weights, kv=kv, quantization=quantization)
+
+
+def _err_pct(pred: float | None, actual: float | None) -> float | None:
+    if pred is None or actual in (None, 0):
+        return None
+    return round(100.0 * (float(pred) - float(actual)) / float(actual), 2)
+
+
+def reconcile(path: str | Path, model: str, gpu: str | None = None, util: float | None = None,
+              context_len: int | None = None, engine: str = "auto", tp: int | None = None) -> dict[str, Any]:
+    """The engine-aware plan prediction (quantrack.capacity.predict_for_arm) beside what the log reports.
+
+    Rows: figure, predicted (derived), log (measured by the engine), error % = (predicted - log) / log.
+    """
+    from quantrack.capacity import predict_for_arm
+    from quantrack.catalog import get_gpu, get_model
+
+    report = parse_log_file(path, engine)
+    if report.engine is None:
+        raise BadInput(f"{path}: no engine recognised in this log; pass --engine")
+    shape = get_model(model)
+    arm = arm_from_report(report)
+    ctx = context_len or report.max_concurrency_context or report.extra.get("max_model_len") \
+        or report.extra.get("n_ctx")
+    if report.engine == "llamacpp":
+        device: Any = get_gpu(gpu) if gpu else 0.0
+    else:
+        if not gpu:
+            raise BadInput("--gpu is required for a GPU engine's log (e.g. --gpu H200)")
+        device = get_gpu(gpu)
+    if util is None:
+        util = report.extra.get("gpu_memory_utilization") or report.extra.get("mem_fraction_static")
+    tp = tp or report.extra.get("tensor_parallel_size") or report.extra.get("tp_size") or 1
+    pred = predict_for_arm(shape, device, arm, report.engine, util=util, context_len=ctx, tp=int(tp))
+    rows: list[dict[str, Any]] = []
+
+    def row(figure: str, predicted: Any, logged: Any, unit: str) -> None:
+        rows.append({"figure": figure, "unit": unit, "predicted": predicted, "log": logged,
+                     "error_pct": _err_pct(predicted, logged)})
+
+    if report.engine == "llamacpp":
+        row("kv_cache_tokens", pred.get("engine_tokens"), report.kv_cache_tokens, "tokens")
+        row("kv_mib", pred.get("engine_kv_mib"), report.extra.get("kv_mib"), "MiB")
+        row("weights_gib", pred.get("weights_naive_gib"), report.weights_gib, "GiB")
+    else:
+        row("kv_cache_tokens", pred.get("engine_tokens"), report.kv_cache_tokens, "tokens")
+        row("available_kv_gib", pred.get("engine_kv_gib"), report.available_kv_gib, "GiB")
+        row("weights_gib", pred.get("engine_weights_gib"), report.weights_gib, "GiB")
+        row("max_concurrency", pred.get("engine_max_concurrency"), report.max_concurrency, "x")
+    return {"log": str(path), "engine": report.engine, "arm": arm.to_dict(), "model": shape.name,
+            "gpu": getattr(device, "name", None), "context_len": ctx, "util": util, "rows": rows,
+            "prediction": pred, "basis": {"predicted": "derived", "log": "measured (engine log)"}}
+
+
+__all__ = [
+    "ENGINE_KINDS",
+    "EngineAdapter",
+    "LogEvent",
+    "LogReport",
+    "arm_from_report",
+    "detect_engine",
+    "engine_scores",
+    "get_adapter",
+    "normalize_kind",
+    "parse_log_file",
+    "parse_logs",
+    "reconcile",
+]
