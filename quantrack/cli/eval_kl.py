@@ -53,7 +53,7 @@ def _ci(data: dict[str, Any], key: str, digits: int) -> str:
 
 def render_table(data: dict[str, Any]) -> str:
     """The human-readable summary of a KL result dict (``KLResult.to_dict()``)."""
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     rows = [
         ["top-1 agree", f"{data['top1_agree']:.4f}", _ci(data, "top1_agree", 4)],
