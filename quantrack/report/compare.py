@@ -95,7 +95,7 @@ def choose_baseline(chosen: dict[str, RunRow], baseline: str | None) -> str | No
         return baseline
     flagged = [a for a, r in chosen.items() if r.tags.get(T_BASELINE) == "true"]
     if flagged:
-        return sorted(flagged, key=lambda a: -chosen[a].start_time)[0]
+        return max(flagged, key=lambda a: chosen[a].start_time)
     return "bf16" if "bf16" in chosen else None
 
 
@@ -104,7 +104,7 @@ def _num(x: float | None, digits: int = 2) -> str:
 
 
 def _int(x: float | None) -> str:
-    return FILL if x is None else f"{int(round(x)):,}"
+    return FILL if x is None else f"{round(x):,}"
 
 
 def _outcomes(row: RunRow) -> str | None:
@@ -204,7 +204,7 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             "weights_gib": _num(m.get(M_WEIGHTS)),
             "capacity_tok": _int(m.get(M_KV_REPORTED)),
             "predicted_tok": _int(m.get(M_KV_PREDICTED)),
-            "capacity_error": FILL if cap_err is None else f"{cap_err:+.1f}%",
+            "capacity_error": FILL if cap_err is None else f"{cap_err:+.2f}%",
             "tpot_ms": FILL if m.get(M_TPOT) is None else f"{m[M_TPOT]:.2f} ms",
             "gsm8k": gsm,
             "delta": delta,
@@ -274,4 +274,4 @@ def compare_experiment(experiment: str, baseline: str | None = None, uri: str | 
     return build_table(experiment, runs, baseline)
 
 
-__all__ = ["CompareTable", "build_table", "render", "compare_experiment", "paired_test", "FILL", "FORMATS"]
+__all__ = ["FILL", "FORMATS", "CompareTable", "build_table", "compare_experiment", "paired_test", "render"]

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from quantrack.redact import REDACTED, is_secret_name, redact_argv, redact_env, redact_mapping, redact_text
+from quantrack.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_mapping,
+    redact_text,
+)
 from quantrack.tracking import RunRecord, _materialize
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA"  # shaped like a Hugging Face token (not a real one)
