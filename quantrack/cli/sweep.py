@@ -1,0 +1,188 @@
+"""``quantrack sweep``: throughput/latency at several concurrency levels; speedup plot."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from quantrack.errors import BadInput, MeasurementError
+
+HELP = """Throughput and latency at several concurrency levels (measured).
+
+At each level exactly C requests are kept in flight until --requests have finished
+(default 4 x C, at least 8), each with --input-tokens in (token ids from the server's
+/tokenize) and --output-tokens out (ignore_eos). Per level: output throughput, TTFT and
+TPOT p50/p90/p99, failures.
+
+\b
+Formulas:
+  output tok/s = sum(usage.completion_tokens of ok requests) / level wall time
+  level wall time = first request sent -> last request finished
+  TPOT = (e2e - TTFT) / (output tokens - 1) per request
+
+\b
+Examples:
+  quantrack sweep --engine vllm --base-url http://127.0.0.1:8000 --concurrency 1,4,16,64 --save fp8.json
+  quantrack sweep --plot bf16.json fp8.json --out speedup.png
+"""
+
+
+@click.command("sweep", help=HELP)
+@click.option("--engine", help="vllm | sglang | llamacpp")
+@click.option("--base-url", help="Server root, e.g. http://127.0.0.1:8000")
+@click.option("--concurrency", default="1,4,16,64", show_default=True, help="Comma-separated levels.")
+@click.option("--requests", "requests_per_level", type=int, help="Requests per level (default 4 x level, >= 8).")
+@click.option("--input-tokens", type=int, default=1024, show_default=True)
+@click.option("--output-tokens", type=int, default=128, show_default=True)
+@click.option("--warmup", type=int, default=2, show_default=True, help="Requests sent one at a time before the first level.")
+@click.option("--chat", is_flag=True, help="Use /v1/chat/completions (prompt length becomes approximate).")
+@click.option("--model", help="Model name to send (default: first id at /v1/models).")
+@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Sent as Authorization: Bearer; never printed or saved.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds without data before a request fails.")
+@click.option("--label", help="Name of this arm in saved files and plots.")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), help="Write the sweep (JSON, rows per level).")
+@click.option("--allow-failures", is_flag=True, help="Exit 0 even if some requests failed.")
+@click.option("--plot", is_flag=True, help="Plot speedup of FILES[1] over FILES[0] instead of measuring.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("speedup.png"), show_default=True)
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+def sweep(
+    engine: str | None,
+    base_url: str | None,
+    concurrency: str,
+    requests_per_level: int | None,
+    input_tokens: int,
+    output_tokens: int,
+    warmup: int,
+    chat: bool,
+    model: str | None,
+    api_key: str | None,
+    timeout: float,
+    label: str | None,
+    save: Path | None,
+    allow_failures: bool,
+    plot: bool,
+    out: Path,
+    files: tuple[Path, ...],
+) -> None:
+    if plot:
+        if len(files) != 2:
+            raise BadInput(f"--plot needs two sweep files: BASELINE ARM (got {len(files)})")
+        from quantrack.report.plots import (
+            plot_speedup,
+            speedup_points,
+            sweep_rows_from_file,
+        )
+
+        label_a, rows_a = sweep_rows_from_file(files[0])
+        label_b, rows_b = sweep_rows_from_file(files[1])
+        path = plot_speedup(rows_a, rows_b, out, label_a=label_a, label_b=label_b)
+        click.echo(_render_points(speedup_points(rows_a, rows_b), label_a, label_b))
+        click.echo(f"wrote {path}")
+        return
+    if files:
+        raise BadInput(f"unexpected argument {str(files[0])!r} (files are read only with --plot)")
+    if not engine or not base_url:
+        raise BadInput("--engine and --base-url are required (or use --plot BASE.json ARM.json)")
+
+    from quantrack.measure.sweep import parse_concurrency, run_sweep
+
+    result = run_sweep(
+        base_url,
+        engine,
+        parse_concurrency(concurrency),
+        requests_per_level=requests_per_level,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        warmup=warmup,
+        chat=chat,
+        api_key=api_key or None,
+        model=model,
+        progress=_progress(),
+        timeout=timeout,
+        label=label,
+    )
+    if sys.stderr.isatty():
+        click.echo("", err=True)
+    data = result.to_dict()
+    click.echo(_render_sweep(data))
+    if save:
+        try:
+            save.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"--save {save}: {exc.strerror}") from None
+        click.echo(f"saved {save}" + (" (interrupted: partial)" if result.interrupted else ""))
+    if result.interrupted:
+        click.echo("quantrack: interrupted; kept the finished levels", err=True)
+        sys.exit(130)
+    failed = result.n_failed + len(result.warmup_errors)
+    if failed and not allow_failures:
+        reasons: dict[str, int] = {}
+        for row in data["rows"]:
+            for k, v in row["failures"].items():
+                reasons[k] = reasons.get(k, 0) + v
+        for e in result.warmup_errors:
+            reasons[e] = reasons.get(e, 0) + 1
+        text = "; ".join(f"{k} (x{v})" for k, v in reasons.items())
+        raise MeasurementError(f"{failed} requests failed: {text} (use --allow-failures to accept)")
+
+
+def _f(v: Any, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _render_sweep(data: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    head = (
+        f"sweep (measured) - {data['label'] or '(no label)'}: {data['engine']} at {data['base_url']}, model {data['model']}\n"
+        f"input {data['input_tokens']} tokens ({data['prompt']}), output {data['output_tokens']} tokens (ignore_eos)"
+    )
+    table = []
+    for r in data["rows"]:
+        tt, tp = r["ttft_ms"] or {}, r["tpot_ms"] or {}
+        table.append(
+            [
+                r["concurrency"],
+                f"{r['n_ok']}/{r['requests']}",
+                _f(r["wall_s"]),
+                _f(r["output_tok_s"], 1),
+                _f(tt.get("p50")),
+                _f(tt.get("p90")),
+                _f(tt.get("p99")),
+                _f(tp.get("p50")),
+                _f(tp.get("p90")),
+                _f(tp.get("p99")),
+            ]
+        )
+    headers = ["conc", "ok/sent", "wall s", "out tok/s", "TTFT p50", "p90", "p99", "TPOT p50 ms", "p90", "p99"]
+    lines = [head, tabulate(table, headers=headers)]
+    for r in data["rows"]:
+        for reason, n in r["failures"].items():
+            lines.append(f"FAILED x{n} at concurrency {r['concurrency']}: {reason}")
+    if data["interrupted"]:
+        lines.append("INTERRUPTED: levels after the last row were not measured")
+    lines.append("formulas: " + "; ".join(data["formulas"][k] for k in ("output_tok_s", "wall_s", "tpot")))
+    return "\n".join(lines)
+
+
+def _render_points(points: list[dict[str, Any]], label_a: str, label_b: str) -> str:
+    from tabulate import tabulate
+
+    rows = [[p["concurrency"], _f(p["throughput_ratio"], 3), _f(p["tpot_ratio"], 3)] for p in points]
+    return f"speedup of {label_b} over {label_a} (measured ratios, >1 = {label_b} faster)\n" + tabulate(
+        rows, headers=["concurrency", "out tok/s ratio", "TPOT ratio (base/arm)"]
+    )
+
+
+def _progress() -> Any:
+    if not sys.stderr.isatty():
+        return None
+
+    def show(phase: str, done: int, total: int) -> None:
+        click.echo(f"\r{phase}: {done}/{total} requests   ", err=True, nl=False)
+
+    return show
