@@ -238,3 +238,59 @@ class ManagedServer:
         finally:
             rc = self.stop()
         return rc or 0
+
+
+def server_for_arm(
+    engine: str,
+    model: str,
+    arm: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    context_len: int | None = None,
+    util: float | None = None,
+    tp: int = 1,
+    parallel: int = 1,
+    served_name: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    binary: str | None = None,
+    log_path: str | Path | None = None,
+    startup_timeout: float = 900.0,
+) -> ManagedServer:
+    """A ManagedServer (not started) for one arm on one engine; ``port=0`` picks a free port."""
+    from quantrack.engines import get_adapter
+    from quantrack.engines.base import LaunchSpec
+
+    adapter = get_adapter(engine)
+    if adapter.kind == "llamacpp" and not Path(str(arm.model or model)).is_file():
+        from quantrack.errors import BadInput
+
+        raise BadInput(f"GGUF file not found: {arm.model or model}")
+    spec = LaunchSpec(model=model, arm=arm, host=host, port=port or free_port(host), context_len=context_len,
+                      util=util, tp=tp, parallel=parallel, served_name=served_name, extra_args=tuple(extra_args),
+                      env=dict(env or {}), binary=binary)
+    return ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=startup_timeout,
+                                  name=f"{adapter.kind}-{arm.name}")
+
+
+def server_for_study(study: Any, arm_name: str, log_path: str | Path | None = None) -> ManagedServer:
+    """The ManagedServer for arm ``arm_name`` of a loaded Study (not started)."""
+    from quantrack.errors import BadInput, did_you_mean
+
+    names = [a.name for a in study.arms]
+    if arm_name not in names:
+        raise BadInput(f"arm {arm_name!r} is not in study {study.name!r}{did_you_mean(arm_name, names)}; "
+                       f"arms: {', '.join(names)}")
+    arm = next(a for a in study.arms if a.name == arm_name)
+    model = arm.model or study.model.path or study.model.gguf or study.model.name
+    if not model:
+        raise BadInput("the study's [model] needs a path (what the engine serves)")
+    gpu_engine = study.engine.kind != "llamacpp"
+    return server_for_arm(
+        study.engine.kind, model, arm, host=study.engine.host, port=study.engine.port,
+        context_len=study.context_len, util=study.gpu.util if gpu_engine else None, tp=study.gpu.count,
+        parallel=study.parallel, served_name=study.model.served_name, extra_args=tuple(study.engine.args),
+        env=dict(study.engine.env), binary=study.engine.binary, log_path=log_path,
+        startup_timeout=study.engine.ready_timeout_s,
+    )

@@ -1,0 +1,66 @@
+"""``quantrack serve``: one arm's engine server in the foreground; Ctrl-C stops it cleanly."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("serve")
+@click.argument("study_file", required=False, metavar="[STUDY.toml]", type=click.Path(dir_okay=False))
+@click.option("--arm", "arm_name", required=True,
+              help="Arm name in the study, or (without a study) a preset / weights=…,kv=… / a llama.cpp KV type.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
+              help="Engine (without a study).")
+@click.option("--model", default=None, help="What the engine serves: HF id, local dir or GGUF file (without a study).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=0, show_default=True, help="0 = pick a free port.")
+@click.option("--context-len", type=int, default=None)
+@click.option("--parallel", type=int, default=1, show_default=True, help="llama.cpp slots (-np).")
+@click.option("--util", type=float, default=None, help="vLLM --gpu-memory-utilization / SGLang --mem-fraction-static.")
+@click.option("--tp", type=int, default=1, show_default=True)
+@click.option("--log", "log_path", default=None, type=click.Path(dir_okay=False), help="Server log file.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for /health.")
+@click.option("--dry-run", is_flag=True, help="Print the launch command and exit.")
+def serve(study_file: str | None, arm_name: str, engine: str | None, model: str | None, host: str, port: int,
+          context_len: int | None, parallel: int, util: float | None, tp: int, log_path: str | None,
+          timeout: float, dry_run: bool) -> None:
+    """Start one managed server: prints the base URL and log path; stops cleanly on Ctrl-C."""
+    from quantrack.engines.lifecycle import server_for_arm, server_for_study
+    from quantrack.errors import BadInput
+    from quantrack.redact import redact_argv, secret_values
+
+    if study_file:
+        from quantrack.study import load_study
+
+        if engine or model:
+            raise BadInput("give either STUDY.toml or --engine/--model, not both")
+        srv = server_for_study(load_study(study_file), arm_name, log_path=log_path)
+    else:
+        if not engine or not model:
+            raise BadInput("without STUDY.toml, --engine and --model are required")
+        srv = server_for_arm(engine, model, _arm(engine, arm_name), host=host, port=port, context_len=context_len,
+                             util=util, tp=tp, parallel=parallel, log_path=log_path, startup_timeout=timeout)
+    shown = " ".join(redact_argv(srv.argv, secret_values(srv.env)))
+    click.echo(f"command: {shown}")
+    if dry_run:
+        return
+    click.echo(f"log: {srv.log_path}")
+    srv.start()
+    click.echo(f"ready: {srv.base_url} (pid {srv.pid}); Ctrl-C to stop")
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        srv.stop()
+        click.echo("stopped")
+        return
+    click.echo("server exited")
+
+
+def _arm(engine: str, spec: str):  # type: ignore[no-untyped-def]
+    """``--arm``: a preset or key=value spec; with llama.cpp a bare KV type (q8_0) means K and V cache of that type."""
+    from quantrack.arms import KV_DTYPES, make_arm, parse_arm_spec
+
+    s = spec.strip().lower()
+    if engine == "llamacpp" and "=" not in s and s in KV_DTYPES and s not in ("auto",):
+        return make_arm(f"kv-{s}", weights="f16", kv=s)
+    return parse_arm_spec(spec)
