@@ -75,8 +75,22 @@ def ray_accelerator_type(gpu: str) -> str:
 
     Ray derives it from the NVML name's model token ("NVIDIA A100-SXM4-80GB" -> "A100"), so 40 GB
     and 80 GB A100s share one label: use a custom resource (``[fleet] resource``) to tell them apart.
+    Ray's rule is applied to the catalog's NVML-style alias when Ray is installed.
     """
-    return skypilot_accelerator(gpu).split("-")[0]
+    from quantrack.catalog import get_gpu
+
+    entry = get_gpu(gpu)
+    nvml = next((a for a in entry.aliases if a.startswith(("NVIDIA ", "Tesla "))), None)
+    if nvml:
+        try:
+            from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
+        except ImportError:
+            pass
+        else:
+            label = NvidiaGPUAcceleratorManager._gpu_name_to_accelerator_type(nvml)
+            if label:
+                return str(label)
+    return skypilot_accelerator(entry.name).split("-")[0]
 
 
 @dataclass(frozen=True)

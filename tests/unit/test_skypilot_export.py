@@ -123,7 +123,16 @@ def test_every_catalog_gpu_maps_to_a_skypilot_name() -> None:
             assert "has no SkyPilot accelerator name" in str(exc)
             continue
         assert name in SKYPILOT_ACCELERATORS, g.name
-        assert ray_accelerator_type(g.name) == name.split("-")[0]
+
+
+def test_ray_labels_match_rays_published_names() -> None:
+    accel = pytest.importorskip("ray.util.accelerators.accelerators")
+    expected = {"H100": accel.NVIDIA_H100, "H100-PCIe": accel.NVIDIA_H100, "A100-80GB": accel.NVIDIA_A100,
+                "A100-40GB": accel.NVIDIA_A100, "L40S": accel.NVIDIA_L40S, "L4": accel.NVIDIA_L4,
+                "T4": accel.NVIDIA_TESLA_T4, "A10G": accel.NVIDIA_TESLA_A10G, "V100-32GB": accel.NVIDIA_TESLA_V100,
+                "H200": accel.NVIDIA_H200, "B200": accel.NVIDIA_B200}
+    for gpu, label in expected.items():
+        assert ray_accelerator_type(gpu) == label, gpu
 
 
 def test_h100_uses_the_multicloud_name() -> None:
