@@ -80,9 +80,11 @@ def shape_from_config(cfg: dict[str, Any], name: str = "config", origin: str = "
     if cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts"):
         unsupported.append("mixture-of-experts (params must come from the checkpoint, not the shapes)")
     count = cfg.get("num_parameters") or cfg.get("params")
-    estimated = not isinstance(count, (int, float)) or isinstance(count, bool) or count <= 0
-    params = float(estimate_params(cfg, hidden, layers, heads, kv_heads, head_dim, vocab, inter, tied)) \
-        if estimated else float(count)
+    if isinstance(count, (int, float)) and not isinstance(count, bool) and count > 0:
+        params, estimated = float(count), False
+    else:
+        params = float(estimate_params(cfg, hidden, layers, heads, kv_heads, head_dim, vocab, inter, tied))
+        estimated = True
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     return ModelShape(
         name=str(cfg.get("_name_or_path") or name), params=params, layers=layers, kv_heads=kv_heads,

@@ -44,7 +44,7 @@ def render(rows: list[dict[str, Any]], fmt: str = "table", columns: list[str] | 
         for r in rows:
             writer.writerow({c: r.get(c) for c in cols})
         return buf.getvalue().rstrip("\n")
-    from tabulate import tabulate  # lazy
+    from tabulate import tabulate  # type: ignore[import-untyped]  # lazy
 
     names = [(headers or {}).get(c, c) for c in cols]
     body = [[_cell(r.get(c)) for c in cols] for r in rows]

@@ -96,8 +96,8 @@ def test_config_source(capsys: pytest.CaptureFixture[str]) -> None:
     (["--model", "Llama-3-8B", "--gpu", "x86-cpu"],
      "--gpu x86-cpu has no fixed memory; give --vram with the RAM to use instead"),
     (["--model", "Llama-3-8B", "--vram", "24", "--arm", "fp9"],
-     "unknown arm 'fp9' (did you mean 'fp8'?); presets: bf16, fp16, fp8, fp8-kv, kv-fp8, int8, w4a16, awq, gptq "
-     "(or weights=…,kv=…)"),
+     ("unknown arm 'fp9' (did you mean 'fp8'?); presets: bf16, fp16, fp8, fp8-kv, kv-fp8, int8, w4a16, awq, gptq "
+     "(or weights=…,kv=…)")),
 ])
 def test_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     code, out, err = run(["plan", *args], capsys)
