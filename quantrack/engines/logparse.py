@@ -26,7 +26,7 @@ MAX_LINE_CHARS = 16384
 _VLLM_PREFIX = re.compile(
     r"^(?:\((?P<proc>[^)]{1,80})\)\s+)?"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
-    r"\[(?P<src>[^\]]{1,120})\]\s?"
+    r"\[?(?P<src>[^\]\s]{1,120})\]\s?"  # v0 printed "file.py:56]" without the opening bracket
 )
 _VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[^)]{1,80})\)\s")
 _SGLANG_PREFIX = re.compile(
