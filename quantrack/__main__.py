@@ -1,5 +1,5 @@
-"""`python -m quantrack` = the `quantrack` console script."""
+"""`python -m quantrack` = the `quantrack` console script (which does ``sys.exit(main())``)."""
 
 from quantrack.cli import main
 
-main()
+raise SystemExit(main())

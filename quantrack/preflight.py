@@ -15,7 +15,7 @@ from typing import Any
 
 from quantrack.arms import Arm
 from quantrack.catalog import GPU, ModelShape, get_gpu
-from quantrack.errors import BadInput, QuantrackError
+from quantrack.errors import BadInput, QuantrackError, unknown
 from quantrack.rulebook import (
     ENGINES,
     UNCHECKED,
@@ -51,8 +51,6 @@ class PreflightRequest:
 
     def validate(self) -> None:
         if self.engine not in ENGINES:
-            from quantrack.errors import unknown
-
             raise unknown("engine", self.engine, ENGINES)
         if not self.arms:
             raise BadInput("no arms: give --arm (repeatable) or --study FILE")

@@ -127,8 +127,7 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
 
 @click.command("preflight")
 @click.option("--gpu", help="Catalog GPU name, or 'auto' for every GPU NVML sees on this node.")
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
-              help="Engine (default vllm, or the study's).")
+@click.option("--engine", default=None, help="vllm | sglang | llamacpp (default vllm, or the study's).")
 @click.option("--engine-version", help="Engine version, e.g. 0.33.0 (default: the version the rules were read from).")
 @click.option("--cuda", help="CUDA version the engine was built with, e.g. 12.4 (not the driver's).")
 @click.option("--mig/--no-mig", default=None, help="The catalog GPU is a MIG slice (NVML reports it with --gpu auto).")
