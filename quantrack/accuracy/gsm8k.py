@@ -238,7 +238,8 @@ def parse_completion(body: Any) -> tuple[str, int | None, int | None]:
     text = choices[0].get("text")
     if not isinstance(text, str):
         raise TypeError("choices[0].text is missing")
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    raw_usage = body.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
     return text, pt if isinstance(pt, int) else None, ct if isinstance(ct, int) else None
 

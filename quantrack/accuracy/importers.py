@@ -129,7 +129,7 @@ def _from_sglang(p: Path, data: dict[str, Any], num_questions: int | None) -> Ev
     acc = _number(p, data, "score")
     if num_questions is not None and num_questions < 1:
         raise BadInput(f"--num-questions {num_questions}: must be >= 1")
-    settings = {k: data[k] for k in ("latency", "output_throughput") if k in data}
+    settings: dict[str, Any] = {k: data[k] for k in ("latency", "output_throughput") if k in data}
     if num_questions is None:
         settings["note"] = "SGLang run_eval does not record the question count; pass --num-questions for an interval"
     return _from_counts(accuracy=acc, n=num_questions, invalid=0, source="imported:sglang", style="sglang",
@@ -261,7 +261,8 @@ def _from_result_json(p: Path, data: dict[str, Any]) -> tuple[EvalResult, dict[i
     fields = ("task", "style", "num_questions", "n", "correct", "invalid", "errors", "accuracy", "se", "ci_low",
               "ci_high", "records_path", "source", "settings", "extra")
     try:
-        res = EvalResult(**{k: data.get(k) for k in fields})
+        kwargs: dict[str, Any] = {k: data.get(k) for k in fields}
+        res = EvalResult(**kwargs)
     except TypeError:
         raise BadInput(f"{p}: not a quantrack result file") from None
     if not res.settings:

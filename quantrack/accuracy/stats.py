@@ -48,7 +48,7 @@ def proportion(k: int, n: int) -> Proportion:
         raise BadInput(f"invalid counts: {k} correct out of {n}")
     if n == 0:
         return Proportion(k, n, None, None, None, None)
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # type: ignore[import-untyped]
 
     p = k / n
     ci = binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="wilson")
@@ -57,7 +57,7 @@ def proportion(k: int, n: int) -> Proportion:
 
 def detectable_multiplier(alpha: float = ALPHA, power: float = POWER) -> float:
     """z_{1-alpha/2} + z_{power}: 1.960 + 0.842 = 2.80 at the defaults."""
-    from scipy.stats import norm
+    from scipy.stats import norm  # type: ignore[import-untyped]
 
     return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
 
@@ -141,7 +141,7 @@ def compare_counts(a: int, b: int, c: int, d: int) -> PairedComparison:
     n = a + b + c + d
     if n == 0:
         raise BadInput("no question was answered by both runs: nothing to pair")
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # type: ignore[import-untyped]
 
     p_base = (a + b) / n
     p_arm = (a + c) / n

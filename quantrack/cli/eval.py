@@ -166,7 +166,7 @@ def _pct(value: float | None) -> str:
 
 
 def render_comparison(report: dict[str, Any]) -> str:
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     lines = []
     if not report["paired"]:
