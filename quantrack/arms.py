@@ -150,7 +150,8 @@ def parse_arm_spec(spec: str) -> Arm:
         if key not in PRESETS:
             raise BadInput(f"unknown arm {spec!r}{did_you_mean(key, PRESETS)}; presets: {', '.join(PRESETS)}"
                            " (or weights=…,kv=…)")
-        return make_arm(key, **PRESETS[key])
+        preset = PRESETS[key]
+        return make_arm(key, weights=preset["weights"], kv=preset["kv"], quantization=preset.get("quantization"))
     fields: dict[str, str] = {}
     for part in text.split(","):
         if not part.strip():
