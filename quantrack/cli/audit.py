@@ -1,0 +1,27 @@
+"""`quantrack audit`: find fleet nodes that silently fell back to a slower kernel."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("audit")
+@click.option("--experiment", "experiments", multiple=True, metavar="NAME",
+              help="Audit the tracked runs of this experiment (repeatable).")
+@click.option("--logs", "log_dirs", multiple=True, metavar="DIR", type=click.Path(file_okay=False),
+              help="Audit the raw engine startup logs (*.log) in this directory (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
+def audit(experiments: tuple[str, ...], log_dirs: tuple[str, ...], fmt: str, tracking_uri: str | None) -> None:
+    """Per node: GPU, compute capability, MIG, engine version, requested quantization, effective kernel,
+    fallback with its evidence line, capacity deviation and TPOT against the same GPU + arm median.
+
+    Exit code 4 when any node fell back, 0 otherwise.
+    """
+    from quantrack.report.audit import audit as run_audit
+    from quantrack.report.audit import render
+
+    report = run_audit(experiments, log_dirs, tracking_uri)
+    click.echo(render(report, fmt), nl=False)
+    if report.exit_code:
+        raise SystemExit(report.exit_code)
