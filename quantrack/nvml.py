@@ -85,7 +85,7 @@ def _cuda_version(v: int) -> str:
 def read_gpus() -> list[NodeGPU]:
     """Every visible NVIDIA GPU on this node. Raises EnvironmentMissing without a driver."""
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped]
     except ImportError:
         raise EnvironmentMissing(NO_DRIVER) from None
     try:

@@ -246,7 +246,7 @@ def _validate_rule(raw: Any, fname: str, index: int) -> tuple[Rule | None, list[
     problems += _validate_match(match, where)
     if problems:
         return None, problems
-    return Rule(id=rid, verdict=verdict, message=raw["message"].strip(), fix=str(raw.get("fix", "")).strip(),
+    return Rule(id=str(rid), verdict=str(verdict), message=raw["message"].strip(), fix=str(raw.get("fix", "")).strip(),
                 source=raw["source"].strip(), match=dict(match), check=check, log_lines=tuple(logs),
                 notes=str(raw.get("notes", "")).strip(), file=fname), []
 

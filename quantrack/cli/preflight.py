@@ -108,8 +108,9 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
             out.append(f"            source: {v.source}")
         if r.capacity:
             c = r.capacity
-            out.append(f"  capacity (derived): naive {c.get('naive_tokens')} tokens, {report.engine}-aware "
-                       f"{c.get('engine_tokens')} tokens at context {c.get('context_len', '-')}")
+            naive = f"naive {c['naive_tokens']:,} tokens, " if c.get("naive_tokens") is not None else ""
+            at = f" at context {c['context_len']:,}" if c.get("context_len") else ""
+            out.append(f"  capacity (derived): {naive}{report.engine}-aware {c.get('engine_tokens') or 0:,} tokens{at}")
         elif r.capacity_note:
             out.append(f"  capacity: {r.capacity_note}")
         if r.flags:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 
@@ -72,3 +73,51 @@ def test_methods_toml_min_capabilities_spot_checks():
     assert engine_table("sglang")["methods"]["w8a8_fp8"] == 89
     data = tomllib.loads((rules_dir() / "methods.toml").read_text(encoding="utf-8"))
     assert set(data["engine"]) == {"vllm", "sglang", "llamacpp"}
+
+
+# ---------------------------------------------------------------- `quantrack rules ...`
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    from quantrack.cli import main
+
+    try:
+        code = main(["rules", *args])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return int(code or 0), out, err
+
+
+def test_rules_check_ok(capsys):
+    code, out, _ = cli(capsys, "check")
+    assert code == 0
+    assert out.startswith(f"OK: {len(load_rules())} rules in 3 files (rules-engines.toml, rules-hardware.toml, "
+                          "rules-methodology.toml) + methods.toml")
+
+
+def test_rules_check_bad_dir_names_file_and_rule(capsys, tmp_path):
+    (tmp_path / "rules-bad.toml").write_text(
+        '[[rule]]\nid = "x"\nverdict = "deny"\nmessage = "m"\nsource = "s"\n', encoding="utf-8")
+    code, out, err = cli(capsys, "check", str(tmp_path))
+    assert code == 2 and out == ""
+    assert err == "quantrack: error: rules-bad.toml: rule 'x': verdict 'deny' is not one of allow, warn, reject\n"
+
+
+def test_rules_list_json_and_table(capsys):
+    code, out, _ = cli(capsys, "list", "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and len(data) == len(load_rules())
+    assert {"id", "verdict", "message", "fix", "source", "match"} <= set(data[0])
+    code, out, _ = cli(capsys, "list")
+    assert code == 0 and "fp8-w8a8-needs-sm89" in out and "warn" in out
+
+
+def test_rules_explain(capsys):
+    code, out, _ = cli(capsys, "explain", "cutlass-fp8-sm89-needs-cuda12.4")
+    assert code == 0
+    assert "matches when: engine = vllm, vendor = nvidia, cc_min = 89, cc_max = 89, weights = ['fp8'], cuda_max = 12.3" in out
+    assert "source: vllm@4ba787ec9:csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu:L147-L161" in out
+    code, out, err = cli(capsys, "explain", "cutlass-fp8-sm89-needs-cuda12")
+    assert code == 2
+    assert err == ("quantrack: error: unknown rule 'cutlass-fp8-sm89-needs-cuda12' "
+                   "(did you mean 'cutlass-fp8-sm89-needs-cuda12.4'?); see `quantrack rules list`\n")
