@@ -166,7 +166,10 @@ def parse_arm_spec(spec: str) -> Arm:
             raise BadInput(f"bad --arm {spec!r}: unknown key {k!r}{did_you_mean(k, _SPEC_KEYS)}; "
                            f"keys: {', '.join(_SPEC_KEYS)}")
         fields[k] = v
-    return make_arm(fields.pop("name", None), **fields)
+    return make_arm(
+        fields.get("name"), weights=fields.get("weights", "bf16"), kv=fields.get("kv", "auto"),
+        quantization=fields.get("quantization"), dtype=fields.get("dtype", "auto"), model=fields.get("model"),
+    )
 
 
 def with_baseline(arms: list[Arm], baseline: str | None = None) -> list[Arm]:
