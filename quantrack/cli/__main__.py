@@ -2,4 +2,4 @@
 
 from quantrack.cli import main
 
-main()
+raise SystemExit(main())
