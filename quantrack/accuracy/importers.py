@@ -10,7 +10,7 @@ and in the lm-evaluation-harness source cited below):
   ``latency``/``output_throughput`` (``sglang@v0.5.23:python/sglang/test/run_eval.py:L265-L274``).
   It does not say how many questions were scored: pass ``num_questions`` for an interval.
 * ``lm-eval``: lm-evaluation-harness ``results_<date>.json`` (``results.gsm8k["exact_match,<filter>"]``,
-  ``n-samples.gsm8k.effective``; ``lm_eval/evaluator_utils.py:L156-L165``, ``lm_eval/result_schema.py``)
+  ``n-samples.gsm8k.effective``; ``lm_eval/evaluator_utils.py:L157-L165``, ``lm_eval/result_schema.py``)
   and, when ``--log_samples`` was on, ``samples_gsm8k_<date>.jsonl`` beside it, one line per
   (question, filter) with ``doc_id``, ``prompt_hash``, ``resps``, ``filtered_resps``, ``filter``,
   ``exact_match`` (``lm_eval/evaluator.py:L644-L667``, ``lm_eval/loggers/evaluation_tracker.py:L344-L346``),
