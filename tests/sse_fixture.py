@@ -4,7 +4,7 @@ Chunks have the shape of real llama.cpp streams (tests/data/llamacpp-stream-comp
 captured from xllamacpp 2026.10.11549). The fault is chosen by a path prefix, so one server
 serves every case: ``http://127.0.0.1:PORT/<mode>`` is the base URL, ``/<mode>/v1/completions``
 the endpoint. Modes: ok, short, long, cut, malformed, badjson, http500, http400, slow, nousage,
-auth (401 that echoes the key), stamp (each chunk's text is the server's perf_counter at send).
+auth (401 that echoes the key), stamp (each chunk's text is the server's perf_counter at send, then ';').
 
 Run as a script for benchmarks (a separate process, so it does not share the client's GIL):
 ``python tests/sse_fixture.py --interval-ms 2`` prints ``PORT <n>`` and serves until killed.
@@ -97,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
             wait = t0 + (k + 1) * interval - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            text = repr(time.perf_counter()) if mode == "stamp" else f" w{k}"
+            text = f"{time.perf_counter()!r};" if mode == "stamp" else f" w{k}"
             event = {"choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}], "object": "text_completion"}
             self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
             if mode == "cut" and k == 2:
