@@ -18,11 +18,13 @@ from typing import Any
 from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
 from quantrack.engines.logparse import (
+    FileSource,
     Line,
     ReportBuilder,
+    RuleSpec,
+    done_when,
     parse_float,
     parse_int,
-    read_log_bytes,
     scan,
 )
 from quantrack.errors import BadInput
@@ -218,17 +220,18 @@ def _errors(b: ReportBuilder, ln: Line) -> None:
         b.error("error", ln)
 
 
-RULES = [
-    ("print_info:", _file_type),
-    ("- type ", _type_count),
-    ("load_tensors:", _model_buf),
-    ("llama_context:", _ctx),
-    ("Flash Attention", _fa_auto),
-    ("llama_kv_cache:", _kv),
-    ("n_slots =", _slots),
-    ("build", _build),
-    ("Device ", _device),
-    ("- CPU ", _device),
+_KV_DONE = done_when("kv_mib")
+RULES: list[RuleSpec] = [
+    ("print_info:", _file_type, done_when("file_type", "file_size_mib", "model_params")),
+    ("- type ", _type_count, done_when("file_type")),
+    ("load_tensors:", _model_buf, _KV_DONE),
+    ("llama_context:", _ctx, _KV_DONE),
+    ("Flash Attention", _fa_auto, done_when("attention_backend")),
+    ("llama_kv_cache:", _kv, _KV_DONE),
+    ("n_slots =", _slots, done_when("max_concurrency")),
+    ("build", _build, done_when("engine_version")),
+    ("Device ", _device, _KV_DONE),
+    ("- CPU ", _device, _KV_DONE),
     ("required fallback quantization", _fallback_q),
     ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln)),
     ("error", _errors),
@@ -239,7 +242,7 @@ RULES = [
 ]
 
 
-def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes, source: str | None = None) -> LogReport:
+def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None) -> LogReport:
     b = ReportBuilder("llamacpp", source, EXPECTED)
     scan(lines, b, RULES)
     r = b.report
@@ -333,7 +336,7 @@ class LlamacppAdapter(EngineAdapter):
         return parse_llamacpp_log(lines, source)
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        return parse_llamacpp_log(read_log_bytes(str(path)), source=str(path))
+        return parse_llamacpp_log(FileSource(str(path)), source=str(path))
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """``/props``, ``/v1/models``, ``/slots``, ``/metrics``: llama-server's routes (ggml-org/llama.cpp

@@ -16,12 +16,14 @@ from typing import Any
 from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
 from quantrack.engines.logparse import (
+    FileSource,
     Line,
     ReportBuilder,
+    RuleSpec,
+    done_when,
     none_word,
     parse_float,
     parse_int,
-    read_log_bytes,
     scan,
     torch_dtype_short,
 )
@@ -215,17 +217,17 @@ def _generic_error(b: ReportBuilder, ln: Line) -> None:
         b.error("error", ln)
 
 
-RULES = [
-    ("server_args=ServerArgs(", _server_args),
-    ("Load weight end.", _load_end),
-    ("KV Cache is allocated", _kv_alloc),
-    ("max_total_num_tokens=", _max_total),
-    ("quantization: quantized", _online),
-    ("graph end.", _graph_end),
-    ("Attention backend not specified", _attention),
-    ("as attention backend", _attention),
-    ("sglang", _version),
-    ("SGLang", _version),
+RULES: list[RuleSpec] = [
+    ("server_args=ServerArgs(", _server_args, done_when("mem_fraction_static")),
+    ("Load weight end.", _load_end, done_when("weights_gib")),
+    ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),
+    ("max_total_num_tokens=", _max_total, done_when("context_len")),
+    ("quantization: quantized", _online, done_when("online_quantized_layers")),
+    ("graph end.", _graph_end, done_when("context_len")),  # graphs are captured before the summary line
+    ("Attention backend not specified", _attention, done_when("attention_backend")),
+    ("as attention backend", _attention, done_when("attention_backend")),
+    ("sglang", _version, done_when("engine_version")),
+    ("SGLang", _version, done_when("engine_version")),
     ("not supported for the current GPU", _min_cap),
     # fallbacks / warnings / errors (engine-facts §2.1-§2.5)
     ("does not have native support for FP8 computation", _simple("fp8_marlin", "fallbacks")),
@@ -244,7 +246,7 @@ RULES = [
 ]
 
 
-def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes, source: str | None = None) -> LogReport:
+def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None) -> LogReport:
     b = ReportBuilder("sglang", source, EXPECTED)
     scan(lines, b, RULES)
     r = b.report
@@ -311,7 +313,7 @@ class SglangAdapter(EngineAdapter):
         return parse_sglang_log(lines, source)
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        return parse_sglang_log(read_log_bytes(str(path)), source=str(path))
+        return parse_sglang_log(FileSource(str(path)), source=str(path))
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """``/server_info`` first (the new name: the real 0.5.16 log says "Endpoint '/get_server_info'

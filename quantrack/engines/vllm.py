@@ -16,12 +16,14 @@ from typing import Any
 from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
 from quantrack.engines.logparse import (
+    FileSource,
     Line,
     ReportBuilder,
+    RuleSpec,
+    done_when,
     none_word,
     parse_float,
     parse_int,
-    read_log_bytes,
     scan,
     torch_dtype_short,
 )
@@ -293,25 +295,28 @@ def _simple(kind: str, bucket: str):  # type: ignore[no-untyped-def]
     return handler
 
 
-RULES = [
-    ("LLM engine (", _banner),
-    ("version ", _version),
-    ("Model loading took", _weights),
-    ("Loading model weights took", _weights),
-    ("model weights take", _profiling),
-    ("reserved for KV Cache", _profiling),
-    ("available_kv_cache_memory", _profiling),
-    ("total_gpu_memory", _profiling),
-    ("Available KV cache memory", _avail_kv),
-    ("KV cache size:", _kv_tokens),
-    ("Maximum concurrency for", _max_conc),
-    ("# GPU blocks:", _gpu_blocks),
-    ("Graph capturing finished", _graph),
-    ("Selected ", _kernel),
-    (" for mixed-precision linear", _kernel),
-    ("LinearMethod", _kernel),
-    (" GEMM", _kernel),
-    ("backend", _attention),
+_W = done_when("weights_gib")
+_KVG = done_when("available_kv_gib")
+_LK = done_when("linear_kernel")
+RULES: list[RuleSpec] = [
+    ("LLM engine (", _banner, done_when("engine_version", "dtype")),
+    ("version ", _version, done_when("engine_version")),
+    ("Model loading took", _weights, _W),
+    ("Loading model weights took", _weights, _W),
+    ("model weights take", _profiling, _W),
+    ("reserved for KV Cache", _profiling, _KVG),
+    ("available_kv_cache_memory", _profiling, _KVG),
+    ("total_gpu_memory", _profiling, done_when("total_gpu_memory_gib")),
+    ("Available KV cache memory", _avail_kv, _KVG),
+    ("KV cache size:", _kv_tokens, done_when("kv_cache_tokens", "max_concurrency")),
+    ("Maximum concurrency for", _max_conc, done_when("max_concurrency")),
+    ("# GPU blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
+    ("Graph capturing finished", _graph, done_when("cuda_graph_gib")),
+    ("Selected ", _kernel, _LK),
+    (" for mixed-precision linear", _kernel, _LK),
+    ("LinearMethod", _kernel, _LK),
+    (" GEMM", _kernel, _LK),
+    ("backend", _attention, done_when("attention_backend")),
     ("data type to store kv cache", _kv_dtype),
     ("Falling back to", _device_fallback),
     ("Bfloat16 is only supported", _bf16_error),
@@ -338,7 +343,7 @@ RULES = [
 ]
 
 
-def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes, source: str | None = None) -> LogReport:
+def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None) -> LogReport:
     """Parse a vLLM startup log (any supported version) into a LogReport, streaming."""
     b = ReportBuilder("vllm", source, EXPECTED)
     scan(lines, b, RULES)
@@ -414,7 +419,7 @@ class VllmAdapter(EngineAdapter):
         return parse_vllm_log(lines, source)
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        return parse_vllm_log(read_log_bytes(str(path)), source=str(path))
+        return parse_vllm_log(FileSource(str(path)), source=str(path))
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """Live facts. Endpoints are vLLM's own routes, as listed by the server at start-up in the
