@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid as uuidlib
@@ -97,12 +99,12 @@ class RunRecord:
             value = " ".join(str(v) for v in value)
         self.params[key] = str(value)
 
-    def metric(self, key: str, value: float | int | None, step: int = 0) -> None:
+    def metric(self, key: str, value: float | None, step: int = 0) -> None:
         """Record a metric value; ``None`` (not measured) is left out: compare prints FILL IN for it."""
         if value is None:
             return
         v = float(value)
-        if v != v:  # NaN: not a measurement
+        if math.isnan(v):  # not a measurement
             return
         self.metrics.append(MetricPoint(key, v, step, now_ms()))
 
@@ -110,7 +112,7 @@ class RunRecord:
         """A metric history (one value per step: latency samples, per-level sweep points)."""
         ts = now_ms()
         for i, v in enumerate(values):
-            if v is not None and float(v) == float(v):
+            if v is not None and not math.isnan(float(v)):
                 self.metrics.append(MetricPoint(key, float(v), i, ts))
 
     def tag(self, key: str, value: Any) -> None:
@@ -309,7 +311,9 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
             client.log_artifacts(run_id, tmp)
     client.set_tag(run_id, TAG_COMPLETE, "true")
     if rec.status != "RUNNING":
-        client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
+        # MLflow prints "View run ... at: URL" on stdout for a server store; stdout is the command's output
+        with contextlib.redirect_stdout(sys.stderr):
+            client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
     return str(run_id)
 
 
@@ -491,7 +495,8 @@ def _apply_ops(uri: str | None, result: SyncResult, clients: dict[str, Any], say
                     result.failed.append((op["uuid"], "run to terminate not found on the server"))
                     continue
                 if run.info.status == "RUNNING":
-                    client.set_terminated(run.info.run_id, op["status"], end_time=op["end_ms"])
+                    with contextlib.redirect_stdout(sys.stderr):
+                        client.set_terminated(run.info.run_id, op["status"], end_time=op["end_ms"])
                 result.terminated.append(op["uuid"])
                 say(f"set {run.info.run_id} {op['status']}")
         except Exception as exc:  # noqa: BLE001
@@ -546,7 +551,7 @@ class Tracker:
                 run_id = upload(client, exp_id, record, parent_id)
         except QuantrackError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - classified below: connectivity spools, the rest is one line
             if is_remote(self.uri) and _is_connectivity_error(exc):
                 return self._spool(record, f"tracking server {self.uri} failed: {type(exc).__name__}")
             raise TrackingError(f"tracking store {self.uri} refused run {record.run_name!r}: "
@@ -573,8 +578,9 @@ class Tracker:
                 raise ConnectionError("unreachable")
             with _quick_http():
                 client, _ = self._connect()
-                client.set_terminated(logged.run_id, status, end_time=end)
-        except Exception as exc:
+                with contextlib.redirect_stdout(sys.stderr):
+                    client.set_terminated(logged.run_id, status, end_time=end)
+        except Exception as exc:  # noqa: BLE001 - classified below
             if not (is_remote(self.uri) and _is_connectivity_error(exc)):
                 raise TrackingError(f"could not set run {logged.run_id} {status}: {exc}") from None
             p = _spool_terminate(self.uri, self.experiment, logged.uuid, status, end)
@@ -625,6 +631,7 @@ def read_artifact_text(run_id: str, path: str, uri: str | None = None) -> str | 
     """One text artifact of a run, or None when it does not exist."""
     import mlflow.artifacts
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     target = resolve_uri(uri)
     try:
         with tempfile.TemporaryDirectory(prefix="quantrack-dl-") as tmp:
@@ -676,6 +683,22 @@ def flatten(prefix: str, data: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-__all__ = ["RunRecord", "MetricPoint", "Tracker", "Logged", "RunRow", "log_arm", "load_runs", "sync_spool",
-           "spool_dir", "pending_spool", "resolve_uri", "server_reachable", "read_artifact_text",
-           "provenance_tags", "git_revision", "TrackingError", "DEFAULT_URI"]
+__all__ = [
+    "DEFAULT_URI",
+    "Logged",
+    "MetricPoint",
+    "RunRecord",
+    "RunRow",
+    "Tracker",
+    "TrackingError",
+    "git_revision",
+    "load_runs",
+    "log_arm",
+    "pending_spool",
+    "provenance_tags",
+    "read_artifact_text",
+    "resolve_uri",
+    "server_reachable",
+    "spool_dir",
+    "sync_spool",
+]
