@@ -40,6 +40,11 @@ def llamacpp_kv(arm: Arm) -> str | None:
     if arm.weights in GPU_ONLY_WEIGHTS:
         raise BadInput(f"arm {arm.name!r}: weights {arm.weights} is a GPU format; llama.cpp serves GGUF files "
                        "(use F16/Q8_0/Q4_0 ... GGUF files)")
+    from quantrack.engines.vllm import rulebook_flags
+
+    from_rules = rulebook_flags("llamacpp", arm)  # rules/methods.toml when quantrack.rulebook is installed
+    if from_rules is not None:
+        return from_rules[from_rules.index("--cache-type-k") + 1] if "--cache-type-k" in from_rules else None
     if arm.kv == "auto":
         return None
     kv = KV_ALIASES.get(arm.kv, arm.kv)
@@ -57,11 +62,6 @@ def llamacpp_options(spec: LaunchSpec) -> list[str]:
         opts += ["-c", str(spec.context_len)]
     opts += ["-np", str(spec.parallel or 1)]
     kv = llamacpp_kv(spec.arm)
-    from quantrack.engines.vllm import rulebook_flags
-
-    from_rules = rulebook_flags("llamacpp", spec.arm)  # checks the arm against rules/methods.toml too
-    if from_rules:
-        kv = from_rules[from_rules.index("--cache-type-k") + 1] if "--cache-type-k" in from_rules else kv
     if kv is not None:
         opts += ["--cache-type-k", kv, "--cache-type-v", kv]
         if kv not in ("f16", "f32", "bf16"):
