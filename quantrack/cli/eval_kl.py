@@ -32,10 +32,12 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
     from quantrack.accuracy.texts import load_texts
 
     texts = load_texts(texts_path) if texts_path else None
+    tty = click.get_text_stream("stderr").isatty()
     result = run_kl(baseline, candidate, engine, texts=texts, tokens=tokens, top_k=top_k,
-                    progress=lambda msg: click.echo(f"\r{msg}", err=True, nl=False),
+                    progress=lambda msg: click.echo(f"\r{msg}" if tty else msg, err=True, nl=not tty),
                     texts_label=texts_path)
-    click.echo("", err=True)
+    if tty:
+        click.echo("", err=True)
     data = result.to_dict()
     if out:
         with open(out, "w", encoding="utf-8") as fh:
