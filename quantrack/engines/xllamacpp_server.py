@@ -17,6 +17,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         params = build_params(args)
         server = xl.Server(params)  # loads the model and starts listening (background threads)
     except (RuntimeError, ValueError, OSError) as exc:  # xllamacpp: RuntimeError("Failed to init server ...")
+        time.sleep(0.5)  # llama.cpp logs from a worker thread: let its last lines land first, ours last
         print(f"quantrack-xllamacpp: error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     print(f"{READY_PREFIX}{server.listening_address}", flush=True)
