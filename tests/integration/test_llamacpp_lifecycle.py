@@ -113,3 +113,18 @@ def test_atexit_registry_stops_live_servers(tmp_path: Path) -> None:
     assert srv.running()
     _stop_all()  # what atexit runs
     assert not srv.running() and srv.pid is not None and _gone(srv.pid)
+
+
+def test_cli_server_info_live(llamacpp_server: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from quantrack.cli import cli
+
+    res = CliRunner().invoke(cli, ["server", "info", "--engine", "llamacpp", "--base-url", llamacpp_server,
+                                   "--format", "json"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.output)
+    assert info["engine"] == "llamacpp" and info["total_slots"] == 2 and info["n_params"] == 134_515_008
+    assert "tokens_predicted_total" in info["metrics"]

@@ -221,3 +221,51 @@ def test_errors_and_fallbacks_from_format_strings() -> None:
 def test_detect_vllm(shared_data: Path) -> None:
     head = (shared_data / "vllm-h200" / "vllm-0.25.0-bf16.log").read_text()[:20000]
     assert detect_engine(head) == "vllm"
+
+
+def test_cli_logs_parse_json_field_names(shared_data: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from quantrack.cli import cli
+
+    log = shared_data / "vllm-h200" / "vllm-0.25.0-fp8marlin.log"
+    res = CliRunner().invoke(cli, ["logs", "parse", str(log), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert isinstance(data, list) and len(data) == 1
+    for key in ("engine", "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens",
+                "max_concurrency", "max_concurrency_context", "cuda_graph_gib", "quantization", "linear_kernel",
+                "attention_backend", "kv_cache_dtype", "dtype", "extra", "fallbacks", "warnings", "errors",
+                "not_found"):
+        assert key in data[0]
+    assert data[0]["fallbacks"][0] == {"kind": "fp8_marlin", "line_no": 29, "line": data[0]["fallbacks"][0]["line"]}
+    assert data[0]["kv_cache_tokens"] == 973_168
+
+
+def test_cli_logs_reconcile(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from quantrack.cli import cli
+
+    log = shared_data / "vllm-h200" / "vllm-0.25.0-fp8kv.log"
+    res = CliRunner().invoke(cli, ["logs", "reconcile", str(log), "--model", "Llama-3.1-8B", "--gpu", "H200",
+                                   "--format", "json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["arm"]["weights"] == "fp8" and out["arm"]["kv"] == "fp8"  # inferred from the log
+    rows = {r["figure"]: r for r in out["rows"]}
+    assert rows["kv_cache_tokens"]["log"] == 1_945_728
+    tokens = rows["kv_cache_tokens"]
+    assert tokens["error_pct"] == round(100 * (tokens["predicted"] - 1_945_728) / 1_945_728, 2)
+    assert out["basis"] == {"predicted": "derived", "log": "measured (engine log)"}
+    from quantrack.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["logs", "reconcile", str(log), "--model", "Llama-3.1-8B"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == ("quantrack: error: --gpu is required for a GPU engine's log "
+                                       "(e.g. --gpu H200)\n")
