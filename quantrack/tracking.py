@@ -329,9 +329,12 @@ def _materialize(rec: RunRecord, dest: Path, files_root: Path | None = None) -> 
             src_path = files_root / src_path
         p = dest / _safe_rel(rel)
         p.parent.mkdir(parents=True, exist_ok=True)
-        if src_path.suffix in (".log", ".txt", ".json", ".jsonl", ".md", ".csv") :
-            p.write_text(redact_text(src_path.read_text(encoding="utf-8", errors="replace"), rec.secrets),
-                         encoding="utf-8")
+        if src_path.suffix in (".log", ".txt", ".json", ".jsonl", ".md", ".csv", ".toml"):
+            # byte-faithful: keep \r (progress bars) and undecodable bytes exactly as the engine wrote them
+            with open(src_path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
+                text = fh.read()
+            with open(p, "w", encoding="utf-8", errors="surrogateescape", newline="") as fh:
+                fh.write(redact_text(text, rec.secrets))
         else:
             shutil.copyfile(src_path, p)
 
