@@ -125,7 +125,7 @@ class ManagedServer:
         return self.proc is not None and self.proc.poll() is None
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self, wait: bool = True) -> ManagedServer:
+    def start(self, wait: bool = True) -> Self:
         if self.running():
             return self
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

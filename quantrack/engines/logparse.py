@@ -79,10 +79,9 @@ def iter_raw(source: Iterable[str] | Iterable[bytes] | str | bytes) -> Iterator[
     Never raises on content: undecodable bytes are replaced, NULs dropped, over-long lines cut.
     Splits on "\\n" only (like ``grep -n``), so line numbers match the file's.
     """
-    if isinstance(source, (str, bytes)):
-        source = [source]
+    chunks: Iterable[str | bytes] = [source] if isinstance(source, (str, bytes)) else source
     no = 0
-    for chunk in source:
+    for chunk in chunks:
         if isinstance(chunk, bytes):
             if len(chunk) > 4 * MAX_LINE_CHARS and b"\n" not in chunk[: 4 * MAX_LINE_CHARS]:
                 chunk = chunk[: 4 * MAX_LINE_CHARS]

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_params(args: argparse.Namespace) -> Any:
-    import xllamacpp as xl
+    import xllamacpp as xl  # type: ignore[import-untyped]
 
     params = xl.CommonParams()
     params.model.path = args.model
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        import xllamacpp as xl
+        import xllamacpp as xl  # type: ignore[import-untyped]
     except ImportError:
         print("quantrack-xllamacpp: error: the xllamacpp package is not installed "
               "(pip install 'quantrack[cpu]')", file=sys.stderr, flush=True)
