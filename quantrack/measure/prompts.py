@@ -1,8 +1,10 @@
 """Inputs of an exact token count, built with the server's own tokenizer.
 
-Every request gets a different prompt (it starts with its own index), so no request is served
-from a prefix cache left by the one before (vLLM prefix caching, SGLang's radix cache and
-llama.cpp's slot cache would otherwise skip most of the prefill and make TTFT meaningless).
+Every request gets a different prompt: it starts with 8 hex digits drawn from the run's random
+salt and the request index, so no request is served from a prefix cache left by an earlier one,
+in this run or a previous run against the same server (vLLM prefix caching, SGLang's radix cache,
+llama.cpp's slot and RAM prompt caches would otherwise skip most of the prefill and make TTFT
+meaningless; observed: llama.cpp reported ``cache_n`` 32 of 128 for a repeated prompt).
 
 Exact: the text is tokenized by the server (vLLM/SGLang ``POST /tokenize {"model","prompt"}``
 -> ``{"tokens","count"}``; llama.cpp ``POST /tokenize {"content"}`` -> ``{"tokens"}``) and the
@@ -42,48 +44,61 @@ class PromptSet:
     method: str  # shown in the output, e.g. "exact: token ids from llamacpp /tokenize"
 
 
-def filler_text(index: int, n_words: int) -> str:
-    """Deterministic text for request ``index``: its own first words, then pseudo-random words."""
-    rng = random.Random(index)
-    words = [rng.choice(_WORDS) for _ in range(n_words)]
-    return f"Request {index}: " + " ".join(words)
+def new_salt() -> str:
+    """A fresh per-run salt, so two runs never send the same prompts."""
+    import secrets
+
+    return secrets.token_hex(4)
 
 
-def exact_token_prompt(index: int, n_tokens: int, tokenize: Tokenizer) -> list[int]:
+def filler_text(index: int, n_words: int, salt: str = "") -> str:
+    """Text for request ``index``: a unique hex prefix, then pseudo-random words (same inputs, same text)."""
+    rng = random.Random(f"{salt}:{index}")
+    head = f"{rng.getrandbits(32):08x}"
+    return head + " " + " ".join(rng.choice(_WORDS) for _ in range(n_words))
+
+
+def exact_token_prompt(index: int, n_tokens: int, tokenize: Tokenizer, salt: str = "") -> list[int]:
     """The first ``n_tokens`` ids of request ``index``'s text, tokenized by the server."""
     n_words = max(8, n_tokens)
     for _ in range(8):
-        ids = tokenize(filler_text(index, n_words))
+        ids = tokenize(filler_text(index, n_words, salt))
         if len(ids) >= n_tokens:
             return ids[:n_tokens]
         n_words *= 2
     raise MeasurementError(f"could not build a {n_tokens}-token prompt: /tokenize returned too few tokens")
 
 
-def approximate_text_prompt(index: int, n_tokens: int, tokenize: Tokenizer | None) -> str:
+def approximate_text_prompt(index: int, n_tokens: int, tokenize: Tokenizer | None, salt: str = "") -> str:
     """Text of about ``n_tokens`` tokens (at most that many, when a tokenizer is available)."""
     if tokenize is None:
-        return filler_text(index, max(1, n_tokens - 3))
+        return filler_text(index, max(1, n_tokens - 3), salt)
     n_words = max(1, n_tokens)
     for _ in range(12):
-        count = len(tokenize(filler_text(index, n_words)))
+        count = len(tokenize(filler_text(index, n_words, salt)))
         if count <= n_tokens:
-            return filler_text(index, n_words)
+            return filler_text(index, n_words, salt)
         n_words = max(1, int(n_words * n_tokens / count) - 1)
-    return filler_text(index, n_words)
+    return filler_text(index, n_words, salt)
 
 
-def build_prompts(count: int, n_tokens: int, tokenize: Tokenizer | None, *, chat: bool, source: str, start: int = 0) -> PromptSet:
-    """``count`` distinct prompts of ``n_tokens`` (exact when possible), request indices from ``start``."""
+def build_prompts(
+    count: int, n_tokens: int, tokenize: Tokenizer | None, *, chat: bool, source: str, start: int = 0, salt: str | None = None
+) -> PromptSet:
+    """``count`` distinct prompts of ``n_tokens`` (exact when possible), request indices from ``start``.
+
+    ``salt`` defaults to a fresh random one (pass one only to reproduce prompts in a test).
+    """
+    salt = new_salt() if salt is None else salt
     if tokenize is not None and not chat:
         return PromptSet(
-            prompts=[exact_token_prompt(i, n_tokens, tokenize) for i in range(start, start + count)],
+            prompts=[exact_token_prompt(i, n_tokens, tokenize, salt) for i in range(start, start + count)],
             exact=True,
             method=f"exact: {n_tokens} token ids from {source}",
         )
     why = "chat template adds tokens" if chat else f"no tokenize endpoint ({source})"
     return PromptSet(
-        prompts=[approximate_text_prompt(i, n_tokens, tokenize) for i in range(start, start + count)],
+        prompts=[approximate_text_prompt(i, n_tokens, tokenize, salt) for i in range(start, start + count)],
         exact=False,
         method=f"approximate: text of about {n_tokens} tokens ({why}); see prompt_tokens",
     )

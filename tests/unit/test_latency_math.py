@@ -12,6 +12,7 @@ from scipy import stats as sps
 
 from quantrack.measure.client import StreamSample
 from quantrack.measure.latency import LatencyResult, flatten_row, load_latency_rows
+from quantrack.measure.prompts import build_prompts
 from quantrack.measure.stats import pct_diff, percentile, summarize
 from quantrack.measure.sweep import level_row, parse_concurrency
 from quantrack.report.plots import plot_speedup, speedup_points, sweep_rows_from_file
@@ -108,3 +109,20 @@ def test_speedup_from_real_lab_rows(shared_data: Path, tmp_path: Path) -> None:
     assert pts[1]["throughput_ratio"] is None  # batch1 has no throughput: left out, not guessed
     out = plot_speedup(rows_a, rows_b, tmp_path / "s.png", label_a=la, label_b=lb)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+
+
+def test_prompts_exact_distinct_and_salted_per_run() -> None:
+    """Every prompt is exactly n ids and none repeats, within a run or across two runs."""
+
+    def tokenize(text: str) -> list[int]:  # stand-in tokenizer: one id per character
+        return [ord(ch) for ch in text]
+
+    run1 = build_prompts(5, 40, tokenize, chat=False, source="test")
+    run2 = build_prompts(5, 40, tokenize, chat=False, source="test")
+    assert run1.exact and all(len(p) == 40 for p in run1.prompts)
+    firsts = [tuple(p[:8]) for p in run1.prompts + run2.prompts]
+    assert len(set(firsts)) == 10
+    same = build_prompts(2, 40, tokenize, chat=False, source="test", salt="fixed")
+    assert same.prompts == build_prompts(2, 40, tokenize, chat=False, source="test", salt="fixed").prompts
+    chat = build_prompts(2, 40, tokenize, chat=True, source="test")
+    assert not chat.exact and all(isinstance(p, str) and len(p) <= 40 for p in chat.prompts)

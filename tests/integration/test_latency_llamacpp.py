@@ -1,0 +1,64 @@
+"""Batch-1 latency and a small sweep against a real llama.cpp server (SmolLM2-135M via xllamacpp).
+
+Uses the ``llamacpp_server`` fixture (tests/integration/conftest.py, base URL on 127.0.0.1); skips
+when it is not available. Fidelity: the client's TPOT must agree with llama.cpp's own per-request
+``timings.predicted_per_token_ms`` (= predicted_ms / (predicted_n - 1)) within 2% (median).
+Short lengths: the machine has 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quantrack.cli import main
+from quantrack.measure.latency import measure_latency
+from quantrack.measure.sweep import run_sweep
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def base_url(request: pytest.FixtureRequest) -> str:
+    try:
+        url = request.getfixturevalue("llamacpp_server")
+    except pytest.FixtureLookupError:
+        pytest.skip("fixture llamacpp_server not available (tests/integration/conftest.py)")
+    return str(url)
+
+
+def test_latency_matches_server_timings(base_url: str) -> None:
+    r = measure_latency(base_url, "llamacpp", input_tokens=128, output_tokens=32, warmup=2, iterations=5)
+    row = r.to_row()
+    print(json.dumps({k: row[k] for k in ("tpot_ms", "server_tpot_ms", "tpot_vs_server_median_pct", "notes")}, indent=1))
+    assert r.n_failed == 0 and not r.warmup_errors and r.prompt_exact
+    for s in r.samples:
+        assert s.completion_tokens == 32 and s.prompt_tokens == 128  # exact input via /tokenize ids
+        assert s.server_timings and s.server_timings["predicted_n"] == 32
+        # distinct prompts (salted per run): at most a shared leading hex digit comes from a cache
+        assert s.server_timings.get("cache_n", 0) <= 4
+    pct = r.tpot_vs_server_median_pct()
+    assert pct is not None and abs(pct) <= 2.0
+
+
+def test_cli_save_and_merge(base_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save = tmp_path / "q.json"
+    main(["latency", "--engine", "llamacpp", "--base-url", base_url, "--input-tokens", "64", "--output-tokens", "16",
+          "--warmup", "1", "--iterations", "3", "--label", "smollm2", "--save", str(save)])
+    out = capsys.readouterr().out
+    assert "server TPOT ms (llama.cpp timings)" in out and "TPOT = (e2e - TTFT) / (output tokens - 1)" in out
+    row = json.loads(save.read_text())
+    assert row["label"] == "smollm2" and row["n_ok"] == 3 and row["server_tpot_ms"]["n"] == 3
+    main(["latency", "--merge", str(save), "--format", "csv"])
+    csv_out = capsys.readouterr().out.splitlines()
+    assert csv_out[0].startswith("label,engine,in/out") and csv_out[1].startswith("smollm2,llamacpp,64/16,3/0")
+
+
+def test_small_sweep(base_url: str) -> None:
+    res = run_sweep(base_url, "llamacpp", [1, 2], requests_per_level=2, input_tokens=32, output_tokens=8, warmup=0)
+    assert [r["concurrency"] for r in res.rows] == [1, 2]
+    for r in res.rows:
+        assert r["n_ok"] == 2 and r["output_tokens"] == 16
+        assert r["output_tok_s"] == pytest.approx(16 / r["wall_s"])
