@@ -229,7 +229,15 @@ class ManagedServer:
                 self.stop()
 
     def serve_forever(self, poll: float = 1.0) -> int:
-        """Block until the server exits or Ctrl-C; always stops it. Returns the exit code."""
+        """Block until the server exits, Ctrl-C or SIGTERM; always stops it. Returns the exit code."""
+        import threading
+
+        def _term(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _term)  # `kill` stops the child too, like Ctrl-C
         try:
             while self.running():
                 time.sleep(poll)
@@ -237,6 +245,8 @@ class ManagedServer:
                 raise EngineError(self._died_message(self.proc.returncode))
         finally:
             rc = self.stop()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         return rc or 0
 
 
