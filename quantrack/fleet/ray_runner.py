@@ -85,6 +85,15 @@ class FleetResult:
         return [r.key for r in self.results if r.status != "FINISHED"]
 
 
+def summary_lines(result: FleetResult) -> list[str]:
+    """One tab-separated line per job for the CLI: key, status, run id (or spool dir), error."""
+    out = []
+    for r in result.results:
+        dest = r.run_id or (f"spooled ({r.spooled})" if r.spooled else "-")
+        out.append(f"{r.key}\t{r.status}\t{dest}" + (f": {r.error}" if r.error else ""))
+    return out
+
+
 # --- on the node ---------------------------------------------------------------------------------------------
 
 def node_facts_for(job: FleetJob, spec: FleetSpec, study: Study, ray_node_id: str | None) -> tuple[Study, dict[str, Any]]:
