@@ -107,10 +107,16 @@ def test_timeout_and_group_kill(tmp_path: Path) -> None:
     assert _gone(grandchild)
 
 
-def test_atexit_registry_stops_live_servers(tmp_path: Path) -> None:
+def test_atexit_registry_stops_live_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import weakref
+
+    from quantrack.engines import lifecycle
+
+    # a registry of its own, so the module's shared llama.cpp server is not stopped by this test
+    monkeypatch.setattr(lifecycle, "_LIVE", weakref.WeakSet())
     srv = ManagedServer([sys.executable, "-c", "import time; time.sleep(60)"], port=1, log_path=tmp_path / "x.log")
     srv.start(wait=False)
-    assert srv.running()
+    assert srv.running() and srv in lifecycle._LIVE
     _stop_all()  # what atexit runs
     assert not srv.running() and srv.pid is not None and _gone(srv.pid)
 
