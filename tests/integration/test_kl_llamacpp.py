@@ -1,14 +1,13 @@
 """`eval kl` against real llama.cpp servers (xllamacpp, SmolLM2-135M GGUF on CPU, 127.0.0.1 only).
 
 An arm against itself must agree exactly with ~0 KL; Q4_0 must be measurably less faithful to F16 than Q8_0.
-Servers are started with quantrack's own ManagedServer and the xllamacpp entry point, one thread each, and the
-runs are short (a few hundred positions) because the machine has two shared cores.
+Uses tests/integration/conftest.py (``gguf_arms``, ``llamacpp_server``) and starts three more servers with
+quantrack's ``server_for_arm``, one thread each; runs are short (a few hundred positions): two shared cores.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,40 +16,32 @@ import pytest
 pytestmark = pytest.mark.integration
 
 xllamacpp = pytest.importorskip("xllamacpp")
-gguf_models = pytest.importorskip("quantrack.gguf_models")
 lifecycle = pytest.importorskip("quantrack.engines.lifecycle")
 
 from quantrack.accuracy.kl import run_kl
-from quantrack.errors import EnvironmentMissing
+from quantrack.arms import make_arm
 
 
 @pytest.fixture(scope="module")
-def kl_models() -> dict[str, Path]:
-    try:
-        return gguf_models.prepare_cpu_arms()
-    except EnvironmentMissing as exc:
-        pytest.skip(f"SmolLM2 GGUF files not available: {exc}")
-
-
-@pytest.fixture(scope="module")
-def kl_servers(kl_models: dict[str, Path]) -> Iterator[dict[str, str]]:
+def kl_servers(gguf_arms: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """F16, Q8_0 and Q4_0 servers (conftest's ``gguf_arms`` files), one slot and one thread each."""
+    logs = tmp_path_factory.mktemp("kl-servers")
     servers = {}
     try:
         for name in ("F16", "Q8_0", "Q4_0"):
-            port = lifecycle.free_port()
-            argv = [sys.executable, "-m", "quantrack.engines.xllamacpp_server", "-m", str(kl_models[name]),
-                    "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "-lv", "3"]
-            servers[name] = lifecycle.ManagedServer(argv, port=port, require_status_ok=True, startup_timeout=180,
-                                                    name=f"kl-{name}").start()
+            srv = lifecycle.server_for_arm("llamacpp", str(gguf_arms[name]), make_arm(name.lower(), weights=name.lower()),
+                                           context_len=2048, parallel=1, extra_args=("-t", "1"),
+                                           log_path=logs / f"{name}.log", startup_timeout=180)
+            servers[name] = srv.start()
         yield {name: s.base_url for name, s in servers.items()}
     finally:
         for s in servers.values():
             s.stop()
 
 
-def test_arm_against_itself_agrees_with_zero_kl(kl_servers: dict[str, str]) -> None:
-    url = kl_servers["Q8_0"]
-    r = run_kl(url, url, "llamacpp", tokens=120)
+def test_arm_against_itself_agrees_with_zero_kl(llamacpp_server: str) -> None:
+    # conftest's shared server (Q4_1, two slots) as both baseline and candidate
+    r = run_kl(llamacpp_server, llamacpp_server, "llamacpp", tokens=120)
     assert r.n_positions == 120
     assert r.top1_agree == 1.0
     assert r.kl_mean < 1e-4 and r.kl_p99 < 1e-3  # numerical noise only
