@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# System packages the test suite needs (Debian): PostgreSQL for the fleet-load test.
+# System packages the test suite needs (Debian):
+# - PostgreSQL server binaries (initdb, pg_ctl, createdb under /usr/lib/postgresql/*/bin) for the fleet-load
+#   test, which starts a private cluster as the `postgres` user via `runuser` (util-linux) when run as root.
+# chromium is NOT needed in CI: it is only used by scripts/mlflow-ui-screenshot.sh to make docs/mlflow-ui.png.
 set -euo pipefail
 need=()
-command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+command -v runuser >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The Debian package creates the `postgres` system user the fixture runs the cluster as.
+id postgres >/dev/null 2>&1 || { echo "ci-system-deps: no postgres user after installing postgresql" >&2; exit 1; }

@@ -152,8 +152,8 @@ class PostgresCluster:
         self.bin = bindir
         # pytest's tmp dirs are private to root (0700): the postgres user could not enter them
         self.root = root or Path(tempfile.mkdtemp(prefix="quantrack-pg-"))
-        self.data = root / "pgdata"
-        self.sock = root / "sock"
+        self.data = self.root / "pgdata"
+        self.sock = self.root / "sock"
         self.port = port or free_port()
         self.user = "quantrack"
         self.as_postgres = os.geteuid() == 0
@@ -165,7 +165,7 @@ class PostgresCluster:
 
     @property
     def url(self) -> str:
-        return f"postgresql://{self.user}@127.0.0.1:{self.port}/mlflow"
+        return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/mlflow"
 
     def start(self) -> PostgresCluster:
         self.root.mkdir(parents=True, exist_ok=True)
