@@ -140,7 +140,7 @@ def _f(v: Any, digits: int = 2) -> str:
 
 def render_result(row: dict[str, Any]) -> str:
     """The human-readable result of one run: every figure labelled measured, formulas named."""
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     lines = [
         f"latency (measured) - {row['label'] or '(no label)'}: {row['engine']} at {row['base_url']}, model {row['model']}",
@@ -197,7 +197,7 @@ def render_records(records: list[dict[str, Any]], fmt: str) -> str:
         writer.writeheader()
         writer.writerows(records)
         return buf.getvalue().rstrip("\n")
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     rows = [[_cell(r[h]) for h in headers] for r in records]
     return tabulate(rows, headers=headers, tablefmt="github" if fmt == "md" else "simple")

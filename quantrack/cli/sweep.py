@@ -135,7 +135,7 @@ def _f(v: Any, digits: int = 2) -> str:
 
 
 def _render_sweep(data: dict[str, Any]) -> str:
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     head = (
         f"sweep (measured) - {data['label'] or '(no label)'}: {data['engine']} at {data['base_url']}, model {data['model']}\n"
@@ -170,7 +170,7 @@ def _render_sweep(data: dict[str, Any]) -> str:
 
 
 def _render_points(points: list[dict[str, Any]], label_a: str, label_b: str) -> str:
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     rows = [[p["concurrency"], _f(p["throughput_ratio"], 3), _f(p["tpot_ratio"], 3)] for p in points]
     return f"speedup of {label_b} over {label_a} (measured ratios, >1 = {label_b} faster)\n" + tabulate(

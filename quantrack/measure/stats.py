@@ -64,7 +64,7 @@ def summarize(values: Sequence[float]) -> Summary | None:
     lo: float | None = None
     hi: float | None = None
     if n >= 2:
-        from scipy import stats as sps
+        from scipy import stats as sps  # type: ignore[import-untyped]
 
         std = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1))
         half = float(sps.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
