@@ -166,7 +166,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
                                       "tpot_vs_median_pct": "derived", "fallback": "measured (engine log)"}},
                           indent=2) + "\n"
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     headers = ["Node", "Arm", "GPU", "CC", "MIG", "Engine", "Quant.", "Effective kernel", "Fallback",
                "Cap. error", "TPOT", "TPOT vs median"]

@@ -251,7 +251,7 @@ def render(table: CompareTable, fmt: str = "table") -> str:
         w.writerow(headers)
         w.writerows(body)
         return buf.getvalue()
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     if not body:
         return f"experiment {table.experiment!r}: no arm runs\n"
