@@ -120,5 +120,12 @@ def redact_mapping(data: Mapping[str, Any], secrets: Iterable[str] = ()) -> dict
     return out
 
 
-__all__ = ["REDACTED", "is_secret_name", "redact_text", "redact_argv", "redact_env", "redact_mapping",
-           "secret_values"]
+__all__ = [
+    "REDACTED",
+    "is_secret_name",
+    "redact_argv",
+    "redact_env",
+    "redact_mapping",
+    "redact_text",
+    "secret_values",
+]

@@ -556,7 +556,8 @@ class Tracker:
             raise
         except Exception as exc:  # noqa: BLE001 - classified below: connectivity spools, the rest is one line
             if is_remote(self.uri) and _is_connectivity_error(exc):
-                return self._spool(record, f"tracking server {self.uri} failed: {type(exc).__name__}")
+                first = str(exc).splitlines()[0][:200] if str(exc) else ""
+                return self._spool(record, f"tracking server {self.uri} failed: {type(exc).__name__}: {first}")
             raise TrackingError(f"tracking store {self.uri} refused run {record.run_name!r}: "
                                 f"{str(exc).splitlines()[0][:300]}") from None
         self._on_server[record.uuid] = run_id
