@@ -33,12 +33,13 @@ class MlflowServer:
     """``mlflow server --host 127.0.0.1 --port P --backend-store-uri B --artifacts-destination D``."""
 
     def __init__(self, backend_uri: str, artifacts_dir: Path, log_path: Path, port: int | None = None,
-                 workers: int = 1) -> None:
+                 workers: int = 1, env: dict[str, str] | None = None) -> None:
         self.backend_uri = backend_uri
         self.artifacts_dir = artifacts_dir
         self.log_path = log_path
         self.port = port or free_port()
         self.workers = workers
+        self.extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -51,6 +52,7 @@ class MlflowServer:
                 "--backend-store-uri", self.backend_uri, "--serve-artifacts",
                 "--artifacts-destination", str(self.artifacts_dir), "--workers", str(self.workers)]
         env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        env.update(self.extra_env)
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()

@@ -8,6 +8,7 @@ installs them in CI)."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 from pathlib import Path
 
@@ -27,7 +28,12 @@ ARMS = ("bf16", "fp8", "fp8kv", "fp8marlin")
 
 
 def _node(i: int, url: str, data: str, start: float) -> None:
-    from quantrack.runner import ArmOutcome, load_latency_row, record_for_arm, step_predict
+    from quantrack.runner import (
+        ArmOutcome,
+        load_latency_row,
+        record_for_arm,
+        step_predict,
+    )
     from quantrack.study import load_study
     from quantrack.tracking import Tracker
 
@@ -52,8 +58,12 @@ def _node(i: int, url: str, data: str, start: float) -> None:
 def test_32_nodes_to_postgres_backed_server(shared_data: Path, tmp_path: Path) -> None:
     if postgres_bin() is None:
         pytest.skip("PostgreSQL binaries not found (/usr/lib/postgresql/*/bin): apt-get install postgresql")
+    # MLflow's default SQLAlchemy pool (5 + 10 overflow per worker, 30 s wait) runs dry under 32 concurrent
+    # writers on a loaded machine ("QueuePool limit ... reached"): size the pool for the fleet, as a shared
+    # server should be (2 workers x 40 connections < max_connections 200 of the cluster).
+    pool = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "20", "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": "20"}
     with PostgresCluster() as pg, MlflowServer(pg.url, tmp_path / "artifacts", tmp_path / "server.log",
-                                               workers=2) as srv:
+                                               workers=2, env=pool) as srv:
         # create the experiment once (as a fleet's coordinator would); the nodes then only log runs
         from quantrack.tracking import Tracker
 
@@ -71,7 +81,8 @@ def test_32_nodes_to_postgres_backed_server(shared_data: Path, tmp_path: Path) -
         assert codes == [0] * N, codes
         rate = N / wall
         print(f"\nfleet load: {N} runs accepted in {wall:.1f} s = {rate:.2f} runs/s "
-              f"(mlflow server, 2 workers, PostgreSQL backend, 2-core machine)")
+              f"(mlflow server, 2 workers, pool 20+20, PostgreSQL backend, 2-core machine, "
+              f"load average {os.getloadavg()[0]:.1f})")
 
         runs = [run_fields(r) for r in srv.search_runs("fleet-load")]
         assert len(runs) == N
