@@ -557,17 +557,17 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
 def _sweep_metrics(rec: RunRecord, sweep: Any) -> None:
     if sweep is None:
         return
-    levels = getattr(sweep, "levels", None) or (sweep.get("levels") if isinstance(sweep, dict) else None) or []
+    # quantrack.measure.sweep.SweepResult.rows: one dict per level (concurrency, output_tok_s, request_s, ...)
+    levels = getattr(sweep, "rows", None) or (sweep.get("rows") if isinstance(sweep, dict) else None) or []
     for lv in levels:
         c = _num(lv, "concurrency")
         if c is None:
             continue
         ci = int(c)
-        rec.metric(f"sweep_output_tps_c{ci}", _num(lv, "output_tps", "output_tok_s", "out_tok_per_s",
-                                                   "output_throughput"))
-        rec.metric(f"sweep_tpot_ms_p50_c{ci}", _num(lv, "tpot_ms_p50", "tpot_ms_median", "tpot_ms"))
-        rec.metric(f"sweep_ttft_ms_p50_c{ci}", _num(lv, "ttft_ms_p50", "ttft_ms_median", "ttft_ms"))
-        rec.metric(f"sweep_request_tps_c{ci}", _num(lv, "request_tps", "requests_per_s"))
+        rec.metric(f"sweep_output_tps_c{ci}", _num(lv, "output_tok_s"))
+        rec.metric(f"sweep_tpot_ms_p50_c{ci}", _num(lv, "tpot_p50_ms"))
+        rec.metric(f"sweep_ttft_ms_p50_c{ci}", _num(lv, "ttft_p50_ms"))
+        rec.metric(f"sweep_request_tps_c{ci}", _num(lv, "request_s"))
 
 
 def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -> None:
