@@ -7,9 +7,10 @@ format and the live endpoints. The rest of quantrack talks to engines only throu
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from quantrack.arms import Arm
 
