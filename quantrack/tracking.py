@@ -706,3 +706,34 @@ __all__ = [
     "spool_dir",
     "sync_spool",
 ]
+
+
+# --- node facts (e.g. `quantrack probe --track`) -----------------------------------------------------------
+NODE_FACTS_EXPERIMENT = "quantrack-node-facts"
+
+
+def log_node_fact(kind: str, data: Mapping[str, Any], tracking_uri: str | None = None,
+                  experiment: str = NODE_FACTS_EXPERIMENT) -> str:
+    """Log a measured fact about a node (the FP8 probe) as its own run, for `audit` to read beside the arms."""
+    import json
+    import socket
+
+    device = dict(data.get("device") or {})
+    rec = RunRecord(experiment=experiment, run_name=f"{kind}@{socket.gethostname()}")
+    rec.tag("quantrack.role", "node-fact")
+    rec.tag("quantrack.fact", kind)
+    rec.param("node_hostname", socket.gethostname())
+    rec.param("gpu_name", device.get("name"))
+    rec.param("compute_capability", device.get("compute_capability"))
+    rec.param("torch", device.get("torch"))
+    rec.param("torch_cuda", device.get("torch_cuda"))
+    rec.param("model", data.get("model"))
+    rec.tag("probe.verdict", data.get("verdict"))
+    rec.metric("probe_copy_tbps", data.get("copy_tbps"))
+    for b in data.get("batches") or []:
+        rec.metric(f"probe_fp8_speedup_b{b['batch']}", b.get("speedup"))
+        rec.metric(f"probe_bf16_stack_ms_b{b['batch']}", b.get("bf16_stack_ms"))
+        rec.metric(f"probe_fp8_stack_ms_b{b['batch']}", b.get("fp8_stack_ms"))
+    rec.artifacts[f"{kind}.json"] = json.dumps(data, indent=1, default=str)
+    logged = log_arm(rec, tracking_uri, experiment)
+    return str(getattr(logged, "run_id", None) or rec.uuid)
