@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from quantrack.catalog import ModelShape
 from quantrack.errors import BadInput, EnvironmentMissing
@@ -157,7 +158,8 @@ def verdict(batches: list[BatchSummary], fp8_error: str | None) -> tuple[str, li
 
 
 def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmup: int = 5,
-              copy_gib: float = 2.0, progress: Callable[[str], None] | None = None) -> ProbeResult:
+              copy_gib: float = 2.0, graphs: bool = True,
+              progress: Callable[[str], None] | None = None) -> ProbeResult:
     """Time bf16 vs FP8 GEMMs on CUDA device 0. Raises EnvironmentMissing without torch+CUDA."""
     try:
         import torch
@@ -178,15 +180,32 @@ def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmu
     fp8_error: str | None = None if fp8_dtype is not None else "torch has no float8_e4m3fn"
 
     def time_fn(fn: Callable[[int], Any], copies: int) -> float:
-        for i in range(warmup):
-            fn(i % copies)
+        def body() -> None:
+            for j in range(copies):
+                fn(j)
+
+        run = body
+        if graphs:
+            # Replay one CUDA graph of the whole rotation: at batch 1 a GEMM takes ~20 us on the GPU, about what
+            # Python needs to launch it, so eager timing would measure the launcher, not the kernel.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(max(1, warmup)):
+                    body()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                body()
+            run = graph.replay
+        for _ in range(warmup):
+            run()
         torch.cuda.synchronize()
         samples = []
         for r in range(repeats):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            for j in range(copies):
-                fn(j)
+            run()
             end.record()
             torch.cuda.synchronize()
             samples.append(start.elapsed_time(end) / copies)
@@ -202,26 +221,26 @@ def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmu
             try:
                 w_fp8 = [(torch.randn(ls.n, ls.k, device=dev, dtype=torch.bfloat16) * 0.02).to(fp8_dtype)
                          for _ in range(nf)]
-            except Exception as exc:  # pragma: no cover - depends on the GPU
+            except Exception as exc:  # noqa: BLE001  # pragma: no cover - depends on the GPU
                 fp8_error = f"{type(exc).__name__}: {exc}"
         for m in batches:
             say(f"probe: {ls.layer} K={ls.k} N={ls.n} batch {m}")
             a = torch.randn(m, ls.k, device=dev, dtype=torch.bfloat16)
-            bf_ms = time_fn(lambda j: torch.matmul(a, w_bf[j].t()), nb)
+            bf_ms = time_fn(lambda j, a=a, w=w_bf: torch.matmul(a, w[j].t()), nb)
             ft_ms = fc_ms = None
             if fp8_error is None and w_fp8 is not None:
                 a8 = a.to(fp8_dtype)
                 one = torch.ones((), device=dev, dtype=torch.float32)
                 sa, sb = torch.ones(m, 1, device=dev), torch.ones(1, ls.n, device=dev)
                 try:
-                    ft_ms = time_fn(lambda j: torch._scaled_mm(a8, w_fp8[j].t(), scale_a=one, scale_b=one,
+                    ft_ms = time_fn(lambda j, a8=a8, w=w_fp8, one=one: torch._scaled_mm(a8, w[j].t(), scale_a=one, scale_b=one,
                                                                out_dtype=torch.bfloat16), nf)
-                except Exception as exc:  # pragma: no cover - depends on the GPU
+                except Exception as exc:  # noqa: BLE001  # pragma: no cover - depends on the GPU
                     fp8_error = f"torch._scaled_mm per-tensor: {type(exc).__name__}: {str(exc).splitlines()[0]}"
                 try:
-                    fc_ms = time_fn(lambda j: torch._scaled_mm(a8, w_fp8[j].t(), scale_a=sa, scale_b=sb,
+                    fc_ms = time_fn(lambda j, a8=a8, w=w_fp8, sa=sa, sb=sb: torch._scaled_mm(a8, w[j].t(), scale_a=sa, scale_b=sb,
                                                                out_dtype=torch.bfloat16), nf)
-                except Exception:  # pragma: no cover - row-wise scaling is SM89+/SM90 only
+                except Exception:  # noqa: BLE001  # pragma: no cover - row-wise scaling is SM89+/SM90 only
                     fc_ms = None
             timings.append(LayerTiming(
                 batch=m, layer=ls.layer, k=ls.k, n=ls.n, bf16_ms=bf_ms, fp8_tensor_ms=ft_ms, fp8_channel_ms=fc_ms,
@@ -236,7 +255,7 @@ def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmu
     n_elem = int(copy_gib * 2**30) // 2
     src = torch.empty(n_elem, device=dev, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
-    copy_ms = time_fn(lambda j: dst.copy_(src), 1)
+    copy_ms = time_fn(lambda j, d=dst, s=src: d.copy_(s), 1)
     copy_tbps = (2 * n_elem * 2) / (copy_ms * 1e-3) / 1e12  # bytes read + written
     del src, dst
     torch.cuda.empty_cache()
@@ -249,6 +268,8 @@ def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmu
         method=(f"CUDA events, {warmup} warmup + median of {repeats} repeats, each rotating through weight copies "
                 f">= {L2_FLUSH_BYTES // 2**20} MiB so L2 cannot serve the weights; bf16 torch.matmul vs "
                 "torch._scaled_mm e4m3 (per-tensor and row-wise scales, best of the two), GEMM only "
-                f"(activation quantization not timed); copy {copy_gib} GiB d2d, bytes read+written. "
-                f"Measured {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}."),
+                f"(activation quantization not timed); copy {copy_gib} GiB d2d, bytes read+written; "
+                + ("each timed pass replayed as one CUDA graph (no Python launch overhead); " if graphs else
+                   "eager launches (Python launch overhead included); ")
+                + f"Measured {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}."),
     )

@@ -14,11 +14,13 @@ import click
               help="Comma-separated batch sizes (tokens per GEMM).")
 @click.option("--repeats", default=20, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0, 1000))
+@click.option("--graphs/--no-graphs", default=True, show_default=True,
+              help="Time each pass as one replayed CUDA graph (removes Python launch overhead at small batch).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 @click.option("--track", is_flag=True, help="Log the result to MLflow as a node fact (used by `audit`).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or ./mlruns).")
-def probe(model_name: str, batch: str, repeats: int, warmup: int, fmt: str, out: str | None, track: bool,
+def probe(model_name: str, batch: str, repeats: int, warmup: int, graphs: bool, fmt: str, out: str | None, track: bool,
           tracking_uri: str | None) -> None:
     """Time bf16 torch.matmul against FP8 torch._scaled_mm (e4m3) at the model's linear shapes on GPU 0.
 
@@ -32,7 +34,7 @@ def probe(model_name: str, batch: str, repeats: int, warmup: int, fmt: str, out:
 
     shape = catalog.get_model(model_name)
     batches = parse_batches(batch)
-    result = run_probe(shape, batches, repeats=repeats, warmup=warmup,
+    result = run_probe(shape, batches, repeats=repeats, warmup=warmup, graphs=graphs,
                        progress=lambda s: click.echo(s, err=True))
     data = result.to_dict()
     if out:
