@@ -10,7 +10,9 @@ It owns:
 * the spool (``$QUANTRACK_SPOOL_DIR`` or ``~/.cache/quantrack/spool``) and ``sync_spool`` which uploads it,
   idempotently: every run carries a ``quantrack.run_uuid`` tag and a run already complete on the
   server is skipped;
-* ``load_runs``: one ``mlflow.search_runs`` call returning plain ``RunRow`` objects for compare/audit.
+* ``load_runs``: the runs of an experiment as plain ``RunRow`` objects for compare/audit, read directly
+  from SQLite or the server's REST API by ``quantrack.storeread`` (no mlflow import), else with one
+  ``mlflow.search_runs`` call.
 
 The default store is ``sqlite:///mlruns/mlflow.db`` with artifacts in ``mlruns/artifacts`` (MLflow 3
 deprecates the file store). Every string that reaches a store or the spool is redacted first
@@ -599,36 +601,54 @@ def log_arm(record: RunRecord, uri: str | None = None, experiment: str | None = 
 # --- reading runs back -------------------------------------------------------------------------------------
 
 def load_runs(experiment: str, uri: str | None = None, *, role: str | None = "arm",
-              include_running: bool = True) -> list[RunRow]:
-    """All runs of an experiment in one ``mlflow.search_runs`` call, newest first."""
-    import mlflow
+              include_running: bool = True, reader: str | None = None) -> list[RunRow]:
+    """All runs of an experiment (one search), newest first, as plain ``RunRow`` objects.
+
+    ``reader``: ``"auto"`` (default; ``$QUANTRACK_STORE_READER``) reads ``sqlite:///`` and ``http(s)://``
+    stores directly, without importing mlflow (``quantrack.storeread``: same rows, same order), and uses
+    ``mlflow.search_runs`` for anything it cannot read; ``"mlflow"`` always uses mlflow.
+    """
+    from quantrack.storeread import read_runs, reader_choice
 
     target = resolve_uri(uri)
+    how = (reader or reader_choice()).lower()
+    if how not in ("auto", "mlflow"):
+        raise BadInput(f"unknown store reader {how!r}; readers: auto, mlflow")
+    rows = None
+    if how == "auto":
+        rows = read_runs(target, experiment, role, lambda names: _unknown_experiment(experiment, names, target))
+    if rows is None:
+        rows = _search_runs_mlflow(experiment, target, role)
+    return rows if include_running else [r for r in rows if r.status != "RUNNING"]
+
+
+def _unknown_experiment(experiment: str, names: list[str], target: str) -> NotFound:
+    from quantrack.errors import unknown
+
+    return unknown("experiment", experiment, names) if names else NotFound(
+        f"unknown experiment {experiment!r}: the store {target} has no experiments")
+
+
+def _search_runs_mlflow(experiment: str, target: str, role: str | None) -> list[RunRow]:
+    """The reference read: one ``mlflow.search_runs`` call."""
+    import mlflow
+
     if is_remote(target) and not server_reachable(target):
         raise TrackingError(f"tracking server {target} is unreachable")
     mlflow.set_tracking_uri(target)
     client = _client(target)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        names = [e.name for e in client.search_experiments()]
-        from quantrack.errors import unknown
-
-        raise unknown("experiment", experiment, names) if names else NotFound(
-            f"unknown experiment {experiment!r}: the store {target} has no experiments")
+        raise _unknown_experiment(experiment, [e.name for e in client.search_experiments()], target)
     filt = f"tags.`{TAG_ROLE}` = '{role}'" if role else ""
     runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string=filt,
                               output_format="list", order_by=["attributes.start_time DESC"])
-    rows = []
-    for r in runs:
-        if not include_running and r.info.status == "RUNNING":
-            continue
-        rows.append(RunRow(
-            run_id=r.info.run_id, experiment_id=str(r.info.experiment_id), run_name=r.info.run_name or "",
-            status=r.info.status, start_time=int(r.info.start_time or 0),
-            end_time=int(r.info.end_time) if r.info.end_time else None,
-            params=dict(r.data.params), metrics=dict(r.data.metrics), tags=dict(r.data.tags),
-        ))
-    return rows
+    return [RunRow(
+        run_id=r.info.run_id, experiment_id=str(r.info.experiment_id), run_name=r.info.run_name or "",
+        status=r.info.status, start_time=int(r.info.start_time or 0),
+        end_time=int(r.info.end_time) if r.info.end_time else None,
+        params=dict(r.data.params), metrics=dict(r.data.metrics), tags=dict(r.data.tags),
+    ) for r in runs]
 
 
 def read_artifact_text(run_id: str, path: str, uri: str | None = None) -> str | None:

@@ -8,13 +8,17 @@ README). Regenerate the golden files with QUANTRACK_UPDATE_GOLDEN=1 after an int
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from quantrack.errors import BadInput
+from quantrack.errors import BadInput, did_you_mean
 from quantrack.report.compare import (
     FILL,
     NO_RECORDS,
@@ -23,6 +27,7 @@ from quantrack.report.compare import (
     render,
 )
 from quantrack.runner import LogInputs, log_results
+from quantrack.storeread import read_runs
 from quantrack.study import load_study
 from quantrack.tracking import RunRow, load_runs
 
@@ -125,3 +130,131 @@ def test_json_labels(logged: list[RunRow]) -> None:
 def test_bad_format(logged: list[RunRow]) -> None:
     with pytest.raises(BadInput, match=r"unknown --format 'tabel' \(did you mean 'table'\?\)"):
         render(build_table(EXPERIMENT, logged), "tabel")
+
+
+# --- the direct read path (quantrack.storeread) against mlflow's own reading of the same store --------------
+
+def _same_rows(a: list[RunRow], b: list[RunRow]) -> None:
+    """Equal field by field, NaN metrics included (nan != nan)."""
+    assert [r.run_id for r in a] == [r.run_id for r in b]
+    for x, y in zip(a, b):
+        fix = {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in x.metrics.items()}
+        fiy = {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in y.metrics.items()}
+        assert ({**x.__dict__, "metrics": fix}) == ({**y.__dict__, "metrics": fiy})
+
+
+def test_direct_read_renders_byte_identical(store_uri: str) -> None:
+    direct = read_runs(store_uri, EXPERIMENT, "arm", lambda names: AssertionError(names))
+    assert direct is not None, "the sqlite store was not read directly (schema guard fell back)"
+    via_mlflow = load_runs(EXPERIMENT, store_uri, reader="mlflow")
+    assert len(direct) == 4
+    _same_rows(direct, via_mlflow)
+    for fmt in ("table", "md", "csv", "json"):
+        assert render(build_table(EXPERIMENT, direct), fmt) == render(build_table(EXPERIMENT, via_mlflow), fmt)
+    # audit --experiment reads through the same loader
+    from quantrack.report import audit as audit_mod
+
+    assert audit_mod.render(audit_mod.audit([EXPERIMENT], uri=store_uri), "json") == audit_mod.render(
+        audit_mod.build_audit(via_mlflow), "json")
+
+
+def test_fresh_process_compare_never_imports_mlflow(store_uri: str) -> None:
+    """What a user runs: a new interpreter renders the same bytes as the mlflow client path, without mlflow."""
+    code = ("import sys; from quantrack.report.compare import compare_experiment, render; "
+            f"sys.stdout.write(render(compare_experiment({EXPERIMENT!r}, None, {store_uri!r}), 'table')); "
+            "sys.stderr.write('mlflow imported' if 'mlflow' in sys.modules else 'no mlflow')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "no mlflow"
+    assert out.stdout == render(build_table(EXPERIMENT, load_runs(EXPERIMENT, store_uri, reader="mlflow")), "table")
+
+
+def test_unknown_experiment_same_message_both_ways(store_uri: str) -> None:
+    msgs = []
+    for reader in ("auto", "mlflow"):
+        with pytest.raises(BadInput) as exc:
+            load_runs("vllm-h200-llama9b", store_uri, reader=reader)
+        msgs.append(str(exc.value))
+    assert msgs[0] == msgs[1] == "unknown experiment 'vllm-h200-llama9b' (did you mean 'vllm-h200-llama8b'?)"
+    with pytest.raises(BadInput, match=r"unknown store reader 'sql'; readers: auto, mlflow"):
+        load_runs(EXPERIMENT, store_uri, reader="sql")
+
+
+@pytest.fixture(scope="module")
+def edge_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Cases mlflow's search decides: a deleted run, tied start times, a role tag in another case, no role
+    tag, a NaN metric, a run with no end time, a deleted experiment of the same store."""
+    from mlflow.entities import Metric, RunTag
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('edge-store')}/mlflow.db"
+    c = MlflowClient(tracking_uri=uri)
+    exp = c.create_experiment("edge")
+    c.delete_experiment(c.create_experiment("gone"))
+
+    def run(name: str, start: int, role: str | None, status: str | None = "FINISHED") -> str:
+        tags = {"quantrack.role": role} if role else {}
+        rid = c.create_run(exp, start_time=start, tags=tags, run_name=name).info.run_id
+        c.log_batch(rid, metrics=[Metric("tpot_ms_p50", 3.5, 1, 0), Metric("tpot_ms_p50", 4.25, 2, 0)],
+                    params=[], tags=[RunTag("quantrack.arm", name)])
+        if status:
+            c.set_terminated(rid, status, end_time=start + 5)
+        return rid
+
+    run("a", 1000, "arm")
+    run("b", 1000, "arm")  # same start: mlflow breaks the tie by run id
+    run("c", 3000, "arm", status=None)  # still RUNNING, no end time
+    c.delete_run(run("d", 4000, "arm"))  # deleted: not searched
+    run("e", 2000, "Arm")  # '=' is case-sensitive
+    run("f", 500, None)
+    nan = run("g", 2500, "arm", status="FAILED")
+    c.log_metric(nan, "kl_mean", float("nan"))
+    return uri
+
+
+@pytest.mark.parametrize("role", ["arm", None])
+def test_direct_read_follows_mlflow_search_rules(edge_store: str, role: str | None) -> None:
+    direct = read_runs(edge_store, "edge", role, lambda names: AssertionError(names))
+    assert direct is not None
+    via_mlflow = load_runs("edge", edge_store, role=role, reader="mlflow")
+    _same_rows(direct, via_mlflow)
+    names = [r.run_name for r in direct]
+    want = ["c", "g", "e", *sorted(["a", "b"], key=lambda n: next(r.run_id for r in direct if r.run_name == n)),
+            "f"]
+    assert names == (want if role is None else [n for n in want if n not in ("e", "f")])
+    g = next(r for r in direct if r.run_name == "g")
+    assert math.isnan(g.metrics["kl_mean"]) and g.metrics["tpot_ms_p50"] == 4.25  # latest = highest step
+    assert next(r for r in direct if r.run_name == "c").end_time is None
+    assert [r.run_name for r in load_runs("edge", edge_store, role=role, include_running=False)] == \
+        [n for n in names if n != "c"]
+
+
+def test_unknown_schema_falls_back_and_never_writes(edge_store: str, tmp_path: Path) -> None:
+    src = Path(edge_store[len("sqlite:///"):])
+    db = tmp_path / "copy.db"
+    db.write_bytes(src.read_bytes())
+    uri = f"sqlite:///{db}"
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    conn.close()
+    assert read_runs(uri, "edge", "arm", lambda names: AssertionError(names)) is None
+    missing = tmp_path / "none" / "mlflow.db"
+    assert read_runs(f"sqlite:///{missing}", "edge", "arm", lambda names: AssertionError(names)) is None
+    assert not missing.exists()  # opened read-only: never created (mlflow would create and migrate it)
+
+
+def test_rest_read_matches_mlflow(store_uri: str, edge_store: str, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The REST reader against mlflow server's own request handlers (in-process WSGI: no socket)."""
+    import httpx
+    from mlflow.server import app, handlers
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for uri, exp in ((store_uri, EXPERIMENT), (edge_store, "edge")):
+        monkeypatch.setattr(handlers, "_tracking_store", SqlAlchemyStore(uri, str(tmp_path / "art")))
+        transport = httpx.WSGITransport(app=app)
+        rest = read_runs("http://127.0.0.1:5000", exp, "arm", lambda names: AssertionError(names), transport)
+        assert rest is not None
+        _same_rows(rest, load_runs(exp, uri, reader="mlflow"))
+    with pytest.raises(BadInput, match=r"unknown experiment 'edg' \(did you mean 'edge'\?\)"):
+        read_runs("http://127.0.0.1:5000", "edg", "arm", lambda names: BadInput(
+            f"unknown experiment 'edg'{did_you_mean('edg', names)}"), transport)
