@@ -158,6 +158,21 @@ def _set_parent_death_signal(sig: int) -> None:
     libc.prctl(pr_set_pdeathsig, sig, 0, 0, 0)
 
 
+def _watch_parent(parent: int) -> None:
+    """Belt and braces for the parent-death signal (non-Linux, or a missed signal): poll the parent pid."""
+    import threading
+
+    if not parent:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="quantrack-parent-watch", daemon=True).start()
+
+
 def _child_main(job_path: str, result_path: str) -> int:
     """Runs in the child process the Ray task starts: one arm, one run, result as JSON."""
     expected_parent = int(os.environ.get("QUANTRACK_FLEET_PARENT", "0"))
@@ -169,6 +184,7 @@ def _child_main(job_path: str, result_path: str) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _interrupt)
+    _watch_parent(expected_parent)
     with open(job_path, "rb") as fh:
         job: dict[str, Any] = pickle.load(fh)  # written by our own task, same user, private temp dir
     result: dict[str, Any] = {}
@@ -210,7 +226,9 @@ def _arm_task(payload: dict[str, Any], board: Any) -> dict[str, Any]:
     with open(log_path, "ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "quantrack.fleet.ray_runner", "--child", str(job_path), str(result_path)],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=False)
+            # own session: when Ray tears the worker down it must not take the arm process with it before the
+            # arm has stopped its engine (the parent-death signal tells the arm instead)
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             while child.poll() is None:
                 time.sleep(0.2)
@@ -348,7 +366,11 @@ def run_study_on_ray(
 def _drive(ray: Any, study: Study, jobs: list[FleetJob], retries: int, uri: str, experiment: str,
            parent_uuid: str, entry: str, progress: Progress, poll_s: float, cancel_grace_s: float,
            tracker: Any, parent: Any) -> list[ArmResult]:
-    board = ray.remote(num_cpus=0)(_Board).remote()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # the board lives on the driver's node: a worker node's loss must not take the progress view with it
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+    board = ray.remote(num_cpus=0)(_Board).options(scheduling_strategy=here).remote()
     task = ray.remote(_arm_task)
     results = {j.key: ArmResult(key=j.key, gpu=j.gpu, arm=j.arm.name) for j in jobs}
     by_key = {j.key: j for j in jobs}
@@ -387,7 +409,11 @@ def _drive(ray: Any, study: Study, jobs: list[FleetJob], retries: int, uri: str,
         while inflight:
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=poll_s)
             changed = False
-            for key, node_id, host, attempt in ray.get(board.drain.remote()):
+            try:
+                events = ray.get(board.drain.remote(), timeout=30)
+            except ray.exceptions.RayError:  # progress is a view: losing it must not lose the study
+                events = []
+            for key, node_id, host, attempt in events:
                 if results[key].status == "PENDING" and results[key].attempts == attempt:
                     running[key] = node_label(node_id, host)
                     results[key].nodes.append(node_id)
@@ -399,6 +425,8 @@ def _drive(ray: Any, study: Study, jobs: list[FleetJob], retries: int, uri: str,
                 node = running.pop(key, None)
                 try:
                     out = ray.get(ref)
+                    if out.get("node_id") and out["node_id"] not in r.nodes:
+                        r.nodes.append(out["node_id"])
                 except ray.exceptions.TaskCancelledError:
                     r.status, r.error = "CANCELLED", "cancelled"
                 except ray.exceptions.RayTaskError as exc:  # our task code raised: not a node failure
