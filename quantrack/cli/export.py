@@ -31,7 +31,7 @@ def skypilot(study_file: str, out_dir: str) -> None:
 
 
 def _secret_names(path: object) -> list[str]:
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     with open(str(path), encoding="utf-8") as fh:
         data = yaml.safe_load(fh) or {}

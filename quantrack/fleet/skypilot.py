@@ -212,7 +212,7 @@ def _shell_quote(s: str) -> str:
 
 
 def _yaml_dump(data: dict[str, Any]) -> str:
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     class _Dumper(yaml.SafeDumper):
         pass
