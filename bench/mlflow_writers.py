@@ -57,6 +57,7 @@ def start_postgres(workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
     proc = subprocess.Popen(_as_postgres(["postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
                                           "-k", str(workdir), "-c", "max_connections=200", "-c", "fsync=on"]),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.cleanup_dir = workdir  # type: ignore[attr-defined]  # removed by stop()
     import psycopg2
 
     deadline = time.time() + 60
@@ -100,17 +101,24 @@ def start_mlflow_server(dsn: str, workdir: Path, workers: int = 2) -> tuple[str,
 
 
 def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 20) -> None:
-    if proc is None or proc.poll() is not None:
+    """Stop a server started here (its whole session) and remove its scratch directory, if any."""
+    if proc is None:
         return
     try:
-        os.killpg(proc.pid, 15) if os.getpgid(proc.pid) == proc.pid else proc.terminate()
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, 15)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+    finally:
+        cleanup = getattr(proc, "cleanup_dir", None)
+        if cleanup is not None:
+            shutil.rmtree(cleanup, ignore_errors=True)
 
 
 def _record(experiment: str, writer: int, i: int, n_metrics: int, artifact_bytes: int) -> Any:
