@@ -10,10 +10,19 @@ Per arm, as small steps (a missing or failing step fails that arm cleanly, the s
     latency                       (quantrack.measure.latency.measure_latency; measured)
     sweep                         (quantrack.measure.sweep.run_sweep, when [sweep] concurrency is set)
     eval                          (quantrack.accuracy.gsm8k.run_gsm8k, when [eval] task = "gsm8k")
+    speedup plot                  (quantrack.report.plots.plot_speedup: this arm's sweep vs the baseline's)
+    kl                            (quantrack.accuracy.kl.run_kl, when [eval] kl_tokens > 0, non-baseline arms)
     -> one run (FINISHED, or FAILED with everything measured up to the failure), then the server stops.
 
+KL needs the baseline served next to the candidate. The baseline's own server is stopped when its arm ends
+(an idle server would share the cores with the next arm's latency timing); for each candidate a fresh
+baseline server (same file, same KV type, one slot) is started *after* the candidate's latency, sweep and
+eval, scored against, and stopped. Arm ``model`` values may be model references (``smollm2:Q8_0``,
+quantrack.models_ref), resolved to local files, provisioned on first use, before any arm runs.
+
 The study is a parent run; arms are nested runs in the same experiment. ``record_for_arm`` turns an
-``ArmOutcome`` into a ``RunRecord`` (pure) and is shared with ``quantrack log``.
+``ArmOutcome`` into a ``RunRecord`` (pure) and is shared with ``quantrack log``. After the arms, the study
+prints the compare table of this study's runs (quantrack.report.compare) and the speedup plot paths.
 """
 
 from __future__ import annotations
@@ -67,11 +76,14 @@ class ArmOutcome:
     sweep: Any = None
     eval: Any = None  # EvalResult
     eval_records: Path | None = None
-    kl: Any = None
+    kl: Any = None  # KLResult against the baseline arm
+    model_ref: str | None = None  # the study's model reference (smollm2:Q8_0) the file was resolved from
+    plots: dict[str, Path] = field(default_factory=dict)  # artifact path -> local PNG
     node: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     failed_step: str | None = None
     steps: list[str] = field(default_factory=list)  # steps that completed
+    step_s: dict[str, float] = field(default_factory=dict)  # wall seconds per completed step (measured)
     start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     source: str = "run"  # run | log
 
@@ -93,6 +105,9 @@ class StudyResult:
     outcomes: list[ArmOutcome]
     parent: Logged | None
     logged: dict[str, Logged]
+    table: str | None = None  # the compare table of this study's arm runs (rendered)
+    plots: list[Path] = field(default_factory=list)
+    wall_s: float | None = None
 
     @property
     def failed(self) -> list[str]:
@@ -162,12 +177,22 @@ def _shape_for(study: Study, arm: Arm) -> Any:
 
 
 def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> dict[str, Any]:
-    """Derived capacity for this arm (quantrack.capacity.predict_for_arm)."""
-    from quantrack.capacity import predict_for_arm
+    """Derived capacity for this arm (quantrack.capacity.predict_for_arm).
+
+    llama.cpp: the KV cache is pure arithmetic (every cell allocated up front), predicted with the study's
+    slots (-np) so cells per stream and streams match what the server prints."""
+    from quantrack.capacity import MiB, predict_engine, predict_for_arm
 
     gpu = _gpu_for(study, node)
-    return predict_for_arm(_shape_for(study, arm), gpu, arm, study.engine.kind, util=study.gpu.util,
+    shape = _shape_for(study, arm)
+    pred = predict_for_arm(shape, gpu, arm, study.engine.kind, util=study.gpu.util,
                            context_len=study.context_len, tp=study.gpu.count)
+    if study.engine.kind == "llamacpp" and study.parallel > 1:
+        eng = predict_engine(shape, float(gpu.total_bytes) or 1.0, arm, "llamacpp", context_len=study.context_len,
+                             n_parallel=study.parallel)
+        pred.update({"engine_tokens": eng.engine_tokens, "engine_kv_bytes": eng.kv_bytes,
+                     "engine_kv_mib": round(eng.kv_bytes / MiB, 2), "prediction": eng.to_dict()})
+    return pred
 
 
 def _free_port(host: str) -> int:
@@ -250,8 +275,56 @@ def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdi
     return result, records
 
 
+def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path, progress: Progress) -> Any:
+    """KL / top-1 agreement of this arm against a freshly started baseline server (stopped afterwards).
+
+    Runs after latency and sweep, so the second server never shares the cores with the timed requests."""
+    from quantrack.accuracy.kl import run_kl
+    from quantrack.engines.lifecycle import server_for_arm
+
+    ev = study.eval
+    model = baseline.model or study.model.path or study.model.gguf
+    if not model:
+        raise StepError(f"the baseline arm {baseline.name!r} has no model file to serve")
+    # one slot (KL requests are sequential per server) and one thread: the candidate keeps its own threads
+    srv = server_for_arm(study.engine.kind, model, baseline, host=study.engine.host, context_len=study.context_len,
+                         parallel=1, extra_args=(*study.engine.args, "-t", "1") if study.engine.kind == "llamacpp"
+                         else tuple(study.engine.args), env=dict(study.engine.env), binary=study.engine.binary,
+                         log_path=workdir / f"{arm.name}-kl-baseline-server.log",
+                         startup_timeout=study.engine.ready_timeout_s)
+    step = max(1, ev.kl_tokens // 4)
+    last = [0]
+
+    def say(msg: str) -> None:  # "N/T positions (...)": one line per quarter
+        done = int(msg.split("/", 1)[0]) if msg.split("/", 1)[0].isdigit() else 0
+        if done - last[0] >= step or done >= ev.kl_tokens:
+            last[0] = done
+            progress(f"[{arm.name}] kl: {msg}")
+
+    with srv:
+        progress(f"[{arm.name}] kl: baseline {baseline.name!r} served at {srv.base_url} (pid {srv.pid}) "
+                 "for the KL run only")
+        return run_kl(srv.base_url, base_url, study.engine.kind, tokens=ev.kl_tokens, top_k=ev.kl_top_k,
+                      progress=say)
+
+
+def sweep_rows(sweep: Any) -> list[dict[str, Any]]:
+    rows = getattr(sweep, "rows", None) or (sweep.get("rows") if isinstance(sweep, dict) else None) or []
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def step_plot(arm: Arm, sweep: Any, baseline: ArmOutcome, workdir: Path) -> Path:
+    """This arm's measured speedup over the baseline against concurrency (both sweeps), as a PNG."""
+    from quantrack.report.plots import plot_speedup
+
+    return plot_speedup(sweep_rows(baseline.sweep), sweep_rows(sweep),
+                        workdir / f"speedup-{arm.name}-vs-{baseline.arm.name}.png",
+                        label_a=baseline.arm.name, label_b=arm.name)
+
+
 def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any]) -> Any:
     """Run one step; any failure becomes a one-line StepError naming the step."""
+    t0 = time.perf_counter()
     try:
         value = fn()
     except StepError as exc:
@@ -263,14 +336,19 @@ def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any]) -> Any:
     except Exception as exc:  # noqa: BLE001 - an engine or network failure fails the arm, not the study
         raise StepError(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     outcome.steps.append(name)
+    outcome.step_s[name] = round(time.perf_counter() - t0, 2)
     return value
 
 
 def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[str, Any],
-            progress: Progress) -> ArmOutcome:
-    """All steps of one arm; never raises for a step failure (the outcome says FAILED and where)."""
+            progress: Progress, baseline: ArmOutcome | None = None) -> ArmOutcome:
+    """All steps of one arm; never raises for a step failure (the outcome says FAILED and where).
+
+    ``baseline``: the baseline arm's finished outcome (its sweep for the speedup plot; KL is measured
+    against its model when [eval] kl_tokens is set)."""
     out = ArmOutcome(arm=arm, node=dict(node))
     say = progress
+    t_arm = time.perf_counter()
     try:
         verdict, verdicts = _run_step(out, "preflight", lambda: step_preflight(study, arm, node))
         out.verdict, out.verdicts = verdict, list(verdicts)
@@ -295,18 +373,41 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 _say_log(say, arm, out.log_report)
             with contextlib.suppress(StepError):  # live facts are optional (not every engine exposes all)
                 out.live = _run_step(out, "query", lambda: step_query(study, base_url))
-            say(f"[{arm.name}] latency: {study.latency.iterations} iterations at batch 1")
+            _say_capacity(say, arm, out)
+            lat = study.latency
+            say(f"[{arm.name}] latency: batch 1, {lat.input_tokens} in / {lat.output_tokens} out, "
+                f"{lat.warmup} warmup + {lat.iterations} iterations")
             out.latency = _run_step(out, "latency", lambda: step_latency(study, arm, base_url, opts.api_key, say))
+            _say_latency(say, arm, out.latency, out.step_s.get("latency"))
             if study.sweep.concurrency:
                 say(f"[{arm.name}] sweep: concurrency {list(study.sweep.concurrency)}")
                 out.sweep = _run_step(out, "sweep", lambda: step_sweep(study, arm, base_url, opts.api_key))
+                _say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
+                if baseline is not None and baseline.sweep is not None and not arm.baseline:
+                    with contextlib.suppress(StepError):  # a plot is a view of measured rows, not a measurement
+                        png = _run_step(out, "plot", lambda: step_plot(arm, out.sweep, baseline, workdir))
+                        out.plots[f"plots/{png.name}"] = png
+                        say(f"[{arm.name}] speedup plot vs {baseline.arm.name}: {png}")
             if study.eval.task:
-                say(f"[{arm.name}] eval: {study.eval.task}, {study.eval.num_questions} questions")
+                ev = study.eval
+                say(f"[{arm.name}] eval: {ev.task}, {ev.num_questions} questions, {ev.num_shots}-shot, "
+                    f"max_tokens {ev.max_tokens}")
                 out.eval, out.eval_records = _run_step(
                     out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir))
-            if study.eval.kl_tokens:
-                out.steps.append("kl: not run (the KL fidelity step is measured with `quantrack eval kl`)")
+                _say_eval(say, arm, out.eval, out.step_s.get("eval"))
+            if study.eval.kl_tokens and not arm.baseline:
+                if opts.base_url:
+                    out.steps.append("kl: not run (--base-url: quantrack serves no baseline next to it)")
+                else:
+                    base_arm = baseline.arm if baseline is not None else study.baseline
+                    say(f"[{arm.name}] kl: {study.eval.kl_tokens} positions, top-{study.eval.kl_top_k}, "
+                        f"against {base_arm.name}")
+                    out.kl = _run_step(out, "kl", lambda: step_kl(study, arm, base_url, base_arm, workdir, say))
+                    say(f"[{arm.name}] kl: top-1 agreement {out.kl.top1_agree * 100:.1f}%, "
+                        f"mean KL {out.kl.kl_mean:.4f} nats over {out.kl.n_positions} positions (measured)"
+                        f"{_took(out.step_s.get('kl'))}")
         out.status = "FINISHED"
+        say(f"[{arm.name}] done in {time.perf_counter() - t_arm:.0f} s")
     except StepError as exc:
         out.status, out.error = "FAILED", str(exc)
         out.failed_step = str(exc).split(":", 1)[0]
@@ -317,14 +418,104 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
     return out
 
 
+def kv_figures(out: ArmOutcome) -> dict[str, float]:
+    """KV cache predicted (derived) vs reported (the engine log), in MiB and cells, when both exist."""
+    rep, pred = out.log_report, out.predicted
+    extra = getattr(rep, "extra", None) or {}
+    figs: dict[str, float] = {}
+    rep_mib = extra.get("kv_mib")
+    pred_mib = _num(pred, "engine_kv_mib") if pred is not None else None
+    if isinstance(rep_mib, (int, float)):
+        figs["kv_mib_reported"] = float(rep_mib)
+    if pred_mib is not None:
+        figs["kv_mib_predicted"] = pred_mib
+    if "kv_mib_reported" in figs and pred_mib:
+        figs["kv_mib_error_pct"] = (figs["kv_mib_reported"] - pred_mib) / pred_mib * 100.0
+    if isinstance(extra.get("kv_cells"), int):
+        figs["kv_cells_per_stream"] = float(extra["kv_cells"])
+        figs["kv_streams"] = float(extra.get("kv_streams") or 1)
+    return figs
+
+
+def _say_capacity(say: Progress, arm: Arm, out: ArmOutcome) -> None:
+    rep, figs = out.log_report, kv_figures(out)
+    reported = getattr(rep, "kv_cache_tokens", None)
+    predicted = _num(out.predicted, "engine_tokens") if out.predicted is not None else None
+    parts = []
+    if predicted is not None or reported is not None:
+        parts.append(f"KV tokens predicted {_fmt_int(predicted)} (derived) vs reported {_fmt_int(reported)} (log)")
+    if "kv_mib_predicted" in figs or "kv_mib_reported" in figs:
+        parts.append(f"KV MiB predicted {figs.get('kv_mib_predicted', 'n/a')} vs reported "
+                     f"{figs.get('kv_mib_reported', 'n/a')}")
+    if predicted and reported is not None:
+        parts.append(f"capacity error {(reported - predicted) / predicted * 100:+.2f}%")
+    if parts:
+        say(f"[{arm.name}] capacity: {'; '.join(parts)}")
+
+
+def _fmt_int(x: float | None) -> str:
+    return "n/a" if x is None else f"{round(x):,}"
+
+
+def _took(seconds: float | None) -> str:
+    return "" if seconds is None else f" [{seconds:.0f} s]"
+
+
+def _say_latency(say: Progress, arm: Arm, lat: Any, seconds: float | None = None) -> None:
+    st = lat.stats() if hasattr(lat, "stats") else {}
+    tpot, srv, ttft = st.get("tpot_ms"), st.get("server_tpot_ms"), st.get("ttft_ms")
+    if tpot is None:
+        say(f"[{arm.name}] latency: no successful sample")
+        return
+    line = f"[{arm.name}] latency: TPOT median {tpot.median:.2f} ms (client)"
+    if srv is not None:
+        diff = lat.tpot_vs_server_median_pct()
+        line += f", server {srv.median:.2f} ms (llama.cpp timings)" if lat.engine == "llamacpp" else \
+            f", server {srv.median:.2f} ms"
+        if diff is not None:
+            line += f", difference {diff:+.2f}%"
+    if ttft is not None:
+        line += f"; TTFT median {ttft.median:.1f} ms"
+    say(line + f" (n={len(lat.ok_samples)}){_took(seconds)}")
+
+
+def _say_sweep(say: Progress, arm: Arm, sweep: Any, seconds: float | None = None) -> None:
+    cells = []
+    for r in sweep_rows(sweep):
+        tps = r.get("output_tok_s")
+        cells.append(f"c{r.get('concurrency')}: {tps:.1f} tok/s" if isinstance(tps, (int, float)) else
+                     f"c{r.get('concurrency')}: n/a")
+    if cells:
+        say(f"[{arm.name}] sweep: output throughput {', '.join(cells)} (measured){_took(seconds)}")
+
+
+def _say_eval(say: Progress, arm: Arm, ev: Any, seconds: float | None = None) -> None:
+    acc, n = _num(ev, "accuracy"), _num(ev, "n")
+    lo, hi = _num(ev, "ci_low"), _num(ev, "ci_high")
+    if acc is None:
+        say(f"[{arm.name}] eval: no question answered")
+        return
+    ci = f", 95% interval {lo * 100:.0f}-{hi * 100:.0f}%" if lo is not None and hi is not None else ""
+    say(f"[{arm.name}] eval: GSM8K {acc * 100:.0f}% of {int(n or 0)} questions{ci} (measured; a small "
+        f"sample: the interval, not the point, is the result){_took(seconds)}")
+
+
 def _say_log(say: Progress, arm: Arm, rep: Any) -> None:
     if rep is None:
         return
     parts = []
     if getattr(rep, "weights_gib", None) is not None:
         parts.append(f"weights {rep.weights_gib} GiB")
+    extra = getattr(rep, "extra", None) or {}
+    if extra.get("file_type"):
+        parts.insert(0, f"file type {extra['file_type']}")
     if getattr(rep, "kv_cache_tokens", None) is not None:
         parts.append(f"KV {rep.kv_cache_tokens:,} tokens")
+    if extra.get("kv_mib") is not None:
+        parts.append(f"KV {extra['kv_mib']} MiB (K {extra.get('k_type')} {extra.get('k_mib')} MiB, "
+                     f"V {extra.get('v_type')} {extra.get('v_mib')} MiB)")
+    if getattr(rep, "attention_backend", None):
+        parts.append(f"attention {rep.attention_backend}")
     if getattr(rep, "fallbacks", None):
         parts.append("FALLBACK: " + ", ".join(e.kind for e in rep.fallbacks))
     say(f"[{arm.name}] log: {'; '.join(parts) or 'no figures found'}")
@@ -372,6 +563,7 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
               or study.engine.version)
     rec.param("model", arm.model or study.model.path or study.model.gguf or study.model.name)
     rec.param("model_name", study.model.name)
+    rec.param("model_ref", out.model_ref)
     rec.param("model_revision", study.model.revision)
     rec.param("weights", arm.weights)
     rec.param("quantization", arm.quantization or "none")
@@ -406,6 +598,10 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
         rec.param("eval_max_tokens", study.eval.max_tokens)
         rec.param("eval_seed", study.eval.seed)
         rec.param("eval_style", study.eval.style)
+    if study.eval.kl_tokens and not arm.baseline:
+        rec.param("kl_tokens", study.eval.kl_tokens)
+        rec.param("kl_top_k", study.eval.kl_top_k)
+        rec.param("kl_baseline", study.baseline.name)
     # tags
     for k, v in provenance_tags().items():
         rec.tag(k, v)
@@ -443,13 +639,18 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     reported = getattr(rep, "kv_cache_tokens", None)
     if predicted_tokens and reported is not None:
         rec.metric("capacity_error_pct", (reported - predicted_tokens) / predicted_tokens * 100.0)
+    for key, value in kv_figures(out).items():
+        rec.metric(key, value)
+    for step, seconds in out.step_s.items():
+        rec.metric(f"step_{step}_s", seconds)
     _latency_metrics(rec, out)
     _sweep_metrics(rec, out.sweep)
     _eval_metrics(rec, out, baseline_accuracy)
     if out.kl is not None and hasattr(out.kl, "metrics"):
         for k, v in out.kl.metrics().items():
             rec.metric(k, v)
-    rec.tag("quantrack.derived_metrics", "kv_tokens_predicted,capacity_error_pct,gsm8k_delta_vs_baseline")
+    rec.tag("quantrack.derived_metrics", "kv_tokens_predicted,capacity_error_pct,kv_mib_predicted,kv_mib_error_pct,"
+                                         "tpot_vs_server_pct,gsm8k_delta_vs_baseline")
     # artifacts
     if out.launch_argv:
         rec.artifacts["launch/command.txt"] = " ".join(redact_argv(out.launch_argv, rec.secrets)) + "\n"
@@ -472,6 +673,11 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
         rec.artifacts["eval/result.json"] = json.dumps(data, indent=1, default=str)
     if out.eval_records is not None and Path(out.eval_records).is_file():
         rec.artifact_files["eval/records.jsonl"] = str(out.eval_records)
+    if out.kl is not None and hasattr(out.kl, "to_dict"):
+        rec.artifacts["kl/result.json"] = json.dumps(out.kl.to_dict(), indent=1, default=str)
+    for rel, png in out.plots.items():
+        if Path(png).is_file():
+            rec.artifact_files[rel] = str(png)
     if out.verdicts:
         rec.artifacts["preflight/verdicts.json"] = json.dumps(
             [v.to_dict() if hasattr(v, "to_dict") else v for v in out.verdicts], indent=1, default=str)
@@ -512,6 +718,7 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
         rec.metric("latency_n_ok", len(ok))
         rec.metric("latency_n_failed", lat.n_failed)
         rec.metric("server_tpot_ms", st["server_tpot_ms"].median if st.get("server_tpot_ms") else None)
+        rec.metric("tpot_vs_server_pct", lat.tpot_vs_server_median_pct())
         rec.series("sample_tpot_ms", [s.tpot * 1000 for s in ok if s.tpot is not None])
         rec.series("sample_ttft_ms", [s.ttft * 1000 for s in ok if s.ttft is not None])
         return
@@ -632,6 +839,7 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     """Run (or measure, with --base-url) every arm of a study and log each as a nested MLflow run."""
     opts = opts or RunOptions()
     say = progress or (lambda _m: None)
+    t_study = time.perf_counter()
     if opts.base_url and not opts.arm and len(study.arms) > 1:
         raise BadInput("--base-url measures one running server: name its arm with --arm "
                        f"(arms: {', '.join(a.name for a in study.arms)})")
@@ -639,7 +847,11 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
         raise BadInput("--server-log goes with --base-url (a server quantrack did not start)")
     if opts.server_log and not Path(opts.server_log).is_file():
         raise BadInput(f"--server-log {opts.server_log!r}: no such file")
+    refs = {a.name: a.model for a in study.arms if a.model}
+    study, resolved = _resolve_models(study, say)
     arms = [study.arm(opts.arm)] if opts.arm else list(study.arms)
+    if not opts.arm:  # the baseline first: every candidate's speedup plot and KL are measured against it
+        arms.sort(key=lambda a: not a.baseline)
     experiment = study.tracking.experiment or study.name
     tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
     workdir = _workdir(study, opts)
@@ -648,18 +860,25 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     secrets = tuple(s for s in (api_key,) if s)
     say(f"study {study.name!r}: {len(arms)} arm(s), engine {study.engine.kind}, tracking {tracker.uri} "
         f"(experiment {experiment!r})")
+    for note in sorted({r.note for r in resolved.values() if r.note}):
+        say(note)
+    say(f"baseline: {study.baseline.name} ({study.baseline.label()}); work files in {workdir}")
     parent = tracker.log(study_record(study, experiment, node))
     outcomes: list[ArmOutcome] = []
     logged: dict[str, Logged] = {}
     baseline_acc = _stored_baseline_accuracy(study, tracker) if opts.arm else None
+    baseline_out: ArmOutcome | None = None
     parent_status = "FAILED"
     try:
         for arm in arms:
-            say(f"[{arm.name}] {arm.label()}")
+            say(f"[{arm.name}] {arm.label()}" + (f", model {refs[arm.name]}" if arm.name in refs else ""))
             out = ArmOutcome(arm=arm, node=dict(node))
             try:
-                out = run_arm(study, arm, RunOptions(**{**opts.__dict__, "api_key": api_key}), workdir, node, say)
+                out = run_arm(study, arm, RunOptions(**{**opts.__dict__, "api_key": api_key}), workdir, node, say,
+                              baseline=baseline_out)
             finally:
+                if refs.get(arm.name) and arm.model != refs[arm.name]:
+                    out.model_ref = refs[arm.name]
                 rec = record_for_arm(study, out, experiment=experiment, parent_uuid=parent.uuid,
                                      baseline_accuracy=None if arm.baseline else baseline_acc,
                                      extra_secrets=secrets)
@@ -669,10 +888,50 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
                 say(f"[{arm.name}] logged {rec.status} -> {where}")
             if arm.baseline and out.eval is not None:
                 baseline_acc = _num(out.eval, "accuracy")
+            if arm.baseline and out.status == "FINISHED":
+                baseline_out = out
         parent_status = "FAILED" if any(o.status == "FAILED" for o in outcomes) else "FINISHED"
     finally:
         tracker.finish(parent, parent_status)
-    return StudyResult(study=study, experiment=experiment, outcomes=outcomes, parent=parent, logged=logged)
+    result = StudyResult(study=study, experiment=experiment, outcomes=outcomes, parent=parent, logged=logged,
+                         plots=[p for o in outcomes for p in o.plots.values()])
+    result.table = study_table(result, tracker.uri, say)
+    result.wall_s = round(time.perf_counter() - t_study, 1)
+    for png in result.plots:
+        say(f"speedup plot: {png} (also an artifact of its arm's run)")
+    say(f"study {study.name!r} done in {result.wall_s:.0f} s ({len(outcomes)} arm(s); parent run "
+        f"{parent.run_id or parent.spooled})")
+    return result
+
+
+def _resolve_models(study: Study, say: Progress) -> tuple[Study, dict[str, Any]]:
+    """Model references (smollm2:Q8_0) -> local files, provisioned on first use."""
+    from quantrack.models_ref import resolve_study
+
+    return resolve_study(study, progress=say)
+
+
+def study_table(result: StudyResult, uri: str, say: Progress) -> str | None:
+    """The compare table of this study's arm runs only (read back from the store), printed as progress."""
+    parent = result.parent
+    if parent is None or parent.run_id is None:
+        say("compare: the runs were spooled; after `quantrack sync`, run "
+            f"`quantrack compare {result.experiment}`")
+        return None
+    from quantrack.report.compare import build_table, render
+    from quantrack.tracking import load_runs
+
+    try:
+        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get("mlflow.parentRunId") == parent.run_id]
+        if not runs:
+            return None
+        text = render(build_table(result.experiment, runs, result.study.baseline.name), "table")
+    except QuantrackError as exc:
+        say(f"compare: could not read the runs back ({exc})")
+        return None
+    say(f"compare (this study's runs; same as `quantrack compare {result.experiment}` while they are the "
+        f"newest):\n{text.rstrip()}")
+    return text
 
 
 def _stored_baseline_accuracy(study: Study, tracker: Tracker) -> float | None:
