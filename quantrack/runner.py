@@ -916,7 +916,7 @@ def study_table(result: StudyResult, uri: str, say: Progress) -> str | None:
     parent = result.parent
     if parent is None or parent.run_id is None:
         say("compare: the runs were spooled; after `quantrack sync`, run "
-            f"`quantrack compare {result.experiment}`")
+            f"`quantrack compare --experiment {result.experiment}`")
         return None
     from quantrack.report.compare import build_table, render
     from quantrack.tracking import load_runs
@@ -926,10 +926,11 @@ def study_table(result: StudyResult, uri: str, say: Progress) -> str | None:
         if not runs:
             return None
         text = render(build_table(result.experiment, runs, result.study.baseline.name), "table")
-    except QuantrackError as exc:
-        say(f"compare: could not read the runs back ({exc})")
+    except Exception as exc:  # noqa: BLE001 - the runs are logged already; the table is only a view of them
+        say(f"compare: could not build the table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+            f"run `quantrack compare --experiment {result.experiment}`")
         return None
-    say(f"compare (this study's runs; same as `quantrack compare {result.experiment}` while they are the "
+    say(f"compare (this study's runs; same as `quantrack compare --experiment {result.experiment}` while they are the "
         f"newest):\n{text.rstrip()}")
     return text
 
