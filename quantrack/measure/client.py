@@ -12,11 +12,18 @@ Two layers, kept apart so the parsing can be tested with plain data:
 Timing follows vLLM's benchmark client (engine-facts.md §5.3,
 ``vllm@4ba787ec9:vllm/benchmarks/lib/endpoint_request_func.py:L248-L307``): the clock starts just
 before the request is sent; TTFT is the arrival of the first chunk carrying output; e2e is the
-arrival of the *last* chunk carrying output (not of ``[DONE]``). One difference, on purpose: a
-chunk counts as output only if its text (or ``delta.content``) is non-empty, because llama.cpp
-ends every stream with an empty-text chunk that carries ``finish_reason``, ``usage`` and
-``timings`` (observed, tests/data/llamacpp-stream-completions.sse). Arrival time is taken when
-the bytes come off the socket, before JSON parsing.
+arrival of the *last* chunk carrying output (not of ``[DONE]``). As there, a completions chunk
+with non-empty ``choices`` counts as one output token even when its text is empty: a byte-level
+BPE token that ends inside a UTF-8 character streams as ``""`` (seen on the H200 with a
+random-weight model: only ~9 of 128 chunks carried text, so counting text-only chunks pushed TTFT
+later and TPOT ~17% lower). An empty chunk carrying ``finish_reason`` is ambiguous: llama.cpp
+ends every stream with such a bookkeeping chunk that is not a token (observed,
+tests/data/llamacpp-stream-completions.sse), while vLLM's last token can stream as ``""`` with
+``finish_reason``; it is counted only when the server's usage says one token is still missing.
+Chat chunks count when
+``delta.content`` (or reasoning) is non-empty, as vLLM's ``_choice_has_streamed_output`` does for
+the role-only first chunk. Arrival time is taken when the bytes come off the socket, before JSON
+parsing.
 
 API keys are sent as ``Authorization: Bearer`` and never stored in a sample or error message.
 """
@@ -173,6 +180,19 @@ def parse_chunk(data: str, chat: bool = False) -> Chunk:
     )
 
 
+def is_output_chunk(chunk: Chunk, chat: bool = False) -> bool:
+    """Does this chunk carry one output token? (see the module docstring for the rule and why)."""
+    if not chunk.has_choices:
+        return False
+    if chunk.text:
+        return True
+    if chat:
+        return False
+    # An empty chunk that ends the stream is held back: llama.cpp's bookkeeping chunk is not a token, while
+    # vLLM's last token may be empty too; StreamAccumulator.finish() settles it against usage.
+    return chunk.finish_reason is None
+
+
 # ----------------------------------------------------------------------------- samples
 
 
@@ -260,6 +280,7 @@ class StreamAccumulator:
         self.chat = chat
         self.sample = StreamSample(t_start=t_start, text="" if keep_text else None)
         self._decoder = SSEDecoder()
+        self._held_final: float | None = None  # arrival of an empty chunk with finish_reason (see finish())
 
     def feed(self, data: bytes, t: float) -> bool:
         """Bytes that arrived at time ``t``. Returns True once ``[DONE]`` was seen."""
@@ -285,10 +306,12 @@ class StreamAccumulator:
             }
         if chunk.finish_reason:
             s.finish_reason = chunk.finish_reason
-        if chunk.has_choices and chunk.text:
+        if chunk.has_choices and is_output_chunk(chunk, self.chat):
             s.chunk_times.append(t - self.t_start)
             if s.text is not None:
                 s.text += chunk.text
+        elif chunk.has_choices and not self.chat and not chunk.text and chunk.finish_reason is not None:
+            self._held_final = t - self.t_start
         return False
 
     def finish(self) -> StreamSample:
@@ -298,6 +321,9 @@ class StreamAccumulator:
             for event in self._decoder.close():
                 if self._event(event, self.t_start):
                     break
+        if (self._held_final is not None and s.completion_tokens is not None
+                and s.n_chunks == s.completion_tokens - 1):
+            s.chunk_times.append(self._held_final)  # vLLM's last token streamed as ""
         if not s.done and s.ok:
             fail(s, f"stream ended before [DONE] after {s.n_chunks} output chunks")
         return s

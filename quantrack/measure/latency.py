@@ -167,9 +167,14 @@ def prepare_prompts(
     try:
         tokenize("probe")
     except MeasurementError as exc:
-        if "HTTP 404" not in str(exc) and "HTTP 405" not in str(exc):
-            raise
-        return build_prompts(count, input_tokens, None, chat=chat, source=f"{engine} /tokenize absent", start=start)
+        text = str(exc)
+        if "HTTP 404" in text or "HTTP 405" in text:
+            return build_prompts(count, input_tokens, None, chat=chat, source=f"{engine} /tokenize absent",
+                                 start=start)
+        if "HTTP 5" in text:  # the endpoint exists but fails (seen: SGLang 0.5.16 answered HTTP 500)
+            return build_prompts(count, input_tokens, None, chat=chat,
+                                 source=f"{engine} /tokenize failed ({text[:80]})", start=start)
+        raise
     return build_prompts(count, input_tokens, tokenize, chat=chat, source=f"{engine} /tokenize", start=start)
 
 

@@ -90,13 +90,20 @@ def build_prompts(
     ``salt`` defaults to a fresh random one (pass one only to reproduce prompts in a test).
     """
     salt = new_salt() if salt is None else salt
-    if tokenize is not None and not chat:
-        return PromptSet(
-            prompts=[exact_token_prompt(i, n_tokens, tokenize, salt) for i in range(start, start + count)],
-            exact=True,
-            method=f"exact: {n_tokens} token ids from {source}",
-        )
     why = "chat template adds tokens" if chat else f"no tokenize endpoint ({source})"
+    if tokenize is not None and not chat:
+        try:
+            first = exact_token_prompt(start, n_tokens, tokenize, salt)
+        except MeasurementError as exc:
+            # e.g. SGLang 0.5.16 answered HTTP 500 on /tokenize: measure with text prompts, labelled approximate
+            why, tokenize = f"{source} failed: {exc}", None
+        else:
+            return PromptSet(
+                prompts=[first] + [exact_token_prompt(i, n_tokens, tokenize, salt)
+                                   for i in range(start + 1, start + count)],
+                exact=True,
+                method=f"exact: {n_tokens} token ids from {source}",
+            )
     return PromptSet(
         prompts=[approximate_text_prompt(i, n_tokens, tokenize, salt) for i in range(start, start + count)],
         exact=False,
@@ -112,7 +119,10 @@ def server_tokenizer(engine: str, request_json: Callable[..., object], model: st
             # add_special: include BOS where the model uses one, as a text prompt would get
             answer = request_json("POST", "/tokenize", {"content": text, "add_special": True})
         else:
-            answer = request_json("POST", "/tokenize", {"model": model, "prompt": text})
+            body: dict[str, object] = {"prompt": text}
+            if model:
+                body["model"] = model
+            answer = request_json("POST", "/tokenize", body)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise MeasurementError(f"{engine} /tokenize answered without a token list")

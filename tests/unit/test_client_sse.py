@@ -138,3 +138,40 @@ def test_validate_short_long_and_mismatch() -> None:
     assert nousage.ok and nousage.notes == ["server sent no usage; output tokens counted from chunks"]
     prompt = validate_sample(_sample(8, 8), output_tokens=8, input_tokens=20)
     assert prompt.notes == ["prompt is 16 tokens (asked 20)"]
+
+
+def test_empty_text_completion_chunks_count_as_tokens_like_vllms_client():
+    """Byte-level BPE tokens that end mid-character stream as "" (seen with vLLM 0.25 on the H200):
+    they are tokens, so TTFT is the first chunk with choices and every chunk counts (engine-facts §5.3)."""
+    from quantrack.measure.client import StreamAccumulator
+
+    acc = StreamAccumulator(0.0)
+    events = [
+        (b'data: {"choices":[{"index":0,"text":"","finish_reason":null}]}\n\n', 0.050),
+        (b'data: {"choices":[{"index":0,"text":"","finish_reason":null}]}\n\n', 0.054),
+        (b'data: {"choices":[{"index":0,"text":"\\u00e9","finish_reason":null}]}\n\n', 0.058),
+        (b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}]}\n\n', 0.062),
+        (b'data: {"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":4}}\n\n', 0.063),
+        (b"data: [DONE]\n\n", 0.064),
+    ]
+    for data, t in events:
+        acc.feed(data, t)
+    s = acc.finish()
+    assert s.chunk_times == [0.050, 0.054, 0.058, 0.062]
+    assert s.completion_tokens == 4 and s.n_chunks == 4
+
+
+def test_llamacpp_trailing_bookkeeping_chunk_is_not_a_token():
+    from quantrack.measure.client import StreamAccumulator
+
+    acc = StreamAccumulator(0.0)
+    for data, t in [
+        (b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n', 0.01),
+        (b'data: {"choices":[{"index":0,"text":" b","finish_reason":null}]}\n\n', 0.02),
+        ((b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+         b'"usage":{"completion_tokens":2,"prompt_tokens":3},"timings":{"predicted_per_token_ms":10.0}}\n\n'), 0.03),
+        (b"data: [DONE]\n\n", 0.031),
+    ]:
+        acc.feed(data, t)
+    s = acc.finish()
+    assert s.chunk_times == [0.01, 0.02] and s.completion_tokens == 2
