@@ -7,7 +7,7 @@ Two models live here, and every output says which one it came from:
   It ignores what an engine reserves, so it is an upper bound. It reproduces the seeds' tables exactly.
 * ``predict_engine``: an **engine-aware** prediction of the number the engine will log (vLLM's
   "GPU KV cache size", SGLang's ``max_total_num_tokens``, llama.cpp's KV buffer size), following the engines'
-  own budgeting code as summarised in ../shared/reference/engine-facts.md §4, with the few constants that are not
+  own budgeting code as summarised in engine-facts.md (project reference notes) §4, with the few constants that are not
   derivable from shapes calibrated on real H200 logs and documented in docs/capacity-model.md.
 
 Everything here is derived, never measured.
@@ -123,7 +123,7 @@ def engine_weight_bytes(shape: ModelShape, fmt: str) -> tuple[float, list[str]]:
     """Weights as GPU engines hold them: quantized body, embedding + LM head left at 16 bits.
 
     vLLM/SGLang quantize Linear layers only; VocabParallelEmbedding and the LM head stay bf16 (online FP8
-    on the H200: 8.5 GiB logged, not 8,030,261,248 x 1 B = 7.48 GiB; ../shared/data/vllm-h200/vllm-0.25.0-fp8.log).
+    on the H200: 8.5 GiB logged, not 8,030,261,248 x 1 B = 7.48 GiB; reference data: vllm-h200/vllm-0.25.0-fp8.log).
     """
     f = fmt.lower()
     per = weight_bytes_per_param(f)

@@ -1,4 +1,4 @@
-"""Locate data shipped inside the package (rules/ catalogs, GSM8K) — never ../shared."""
+"""Locate data shipped inside the package (rules/ catalogs, GSM8K) — never the project reference folder."""
 
 from __future__ import annotations
 

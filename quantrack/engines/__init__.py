@@ -41,7 +41,7 @@ def get_adapter(kind: str) -> EngineAdapter:
     return adapter
 
 
-# Markers that only one engine prints (taken from the real logs in ../shared/data and engine-facts §1).
+# Markers that only one engine prints (taken from the real logs in the project reference data and engine-facts §1).
 _MARKERS: dict[str, tuple[str, ...]] = {
     "vllm": ("LLM engine (v", "[kv_cache_utils.py", "[gpu_worker.py", "(EngineCore", "(APIServer",
              "KV cache size:", "Model loading took", "Loading model weights took", "# GPU blocks:",

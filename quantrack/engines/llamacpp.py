@@ -2,7 +2,7 @@
 on PATH), startup-log parser and live queries (``/props``, ``/v1/models``, ``/slots``, ``/metrics``).
 
 Log format strings: engine-facts.md §1.4 (llama.cpp@0c1e57098); prefix ``M.SS.mmm.uuu L `` as
-printed by the server in ``xllamacpp==2026.10.11549`` (§1.5, real logs in ../shared/data/llamacpp-cpu).
+printed by the server in ``xllamacpp==2026.10.11549`` (§1.5, real logs in reference data: llamacpp-cpu).
 Patterns match the text after the ``__func__:`` prefix, so plain and timestamped forms both parse.
 """
 
@@ -286,7 +286,7 @@ def parse_slots(obj: Any) -> dict[str, Any]:
 
 
 def parse_llamacpp_metrics(text: str) -> dict[str, float]:
-    """Pure: Prometheus text -> ``llamacpp:*`` gauges/counters (real: ../shared/data/llamacpp-cpu/metrics-*.txt)."""
+    """Pure: Prometheus text -> ``llamacpp:*`` gauges/counters (real: reference data: llamacpp-cpu/metrics-*.txt)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("llamacpp:"):

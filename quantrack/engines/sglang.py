@@ -2,7 +2,7 @@
 (``/get_server_info``, newer ``/server_info``).
 
 Patterns cite the f-strings in engine-facts.md §1.3/§2 (sglang@v0.5.23) and were checked against
-the real 0.5.16 logs in ../shared/data/sglang-h200. SGLang's "GB" is GiB (engine-facts §1.3).
+the real 0.5.16 logs in reference data: sglang-h200. SGLang's "GB" is GiB (engine-facts §1.3).
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | File
 def parse_server_info(obj: Any) -> dict[str, Any]:
     """Pure: ``/get_server_info`` (or ``/server_info``) JSON -> the capacity facts.
 
-    Real examples: ../shared/data/sglang-h200/server-info-*.json (SGLang 0.5.16).
+    Real examples: reference data: sglang-h200/server-info-*.json (SGLang 0.5.16).
     """
     if not isinstance(obj, dict):
         return {}

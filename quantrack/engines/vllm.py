@@ -2,7 +2,7 @@
 live queries (``/version``, ``/v1/models``, ``/metrics``).
 
 Log strings are matched on the text after vLLM's prefix; each pattern names the format string
-it reads (engine-facts.md §1.1, §1.2, §2) or the real log it was taken from (../shared/data/vllm-h200).
+it reads (engine-facts.md §1.1, §1.2, §2) or the real log it was taken from (reference data: vllm-h200).
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 def parse_metrics(text: str) -> dict[str, Any]:
     """Pure: vLLM's Prometheus text -> the cache_config_info labels that matter, typed.
 
-    Real example: ../shared/data/vllm-h200/metrics-*.txt (``vllm:cache_config_info{...} 1.0``).
+    Real example: reference data: vllm-h200/metrics-*.txt (``vllm:cache_config_info{...} 1.0``).
     """
     out: dict[str, Any] = {}
     for line in text.splitlines():
