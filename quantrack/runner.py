@@ -744,7 +744,7 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
     samples = row.get("samples") or []
     rec.series("sample_tpot_ms", [s["tpot_ms"] for s in samples if isinstance(s, dict) and s.get("ok", True)
                                   and isinstance(s.get("tpot_ms"), (int, float))])
-    # the lab's reference client (shared/gpu/latency.py): medians over its measured batch-1 requests,
+    # the lab's reference client (the lab reference client latency.py): medians over its measured batch-1 requests,
     # and per concurrency level the median TPOT/TTFT and the output tokens/s of the level
     b1 = row.get("batch1")
     if isinstance(b1, dict):
@@ -973,7 +973,7 @@ def _read_json(path: Path, what: str) -> Any:
 
 def load_latency_row(path: Path) -> dict[str, Any]:
     """A saved latency row: quantrack's own (format quantrack-latency/1) or the lab's reference client output
-    (label/input/output/batch1/concN, medians; shared/gpu/latency.py)."""
+    (label/input/output/batch1/concN, medians; the lab reference client latency.py)."""
     data = _read_json(path, "--latency")
     if not isinstance(data, dict):
         raise BadInput(f"--latency {str(path)!r}: expected a JSON object")

@@ -1,6 +1,6 @@
 """Import GSM8K results measured by other tools into quantrack's result form.
 
-Formats (the fields each one carries are documented in ``../shared/reference/engine-facts.md`` §5
+Formats (the fields each one carries are documented in engine-facts.md (project reference notes) §5
 and in the lm-evaluation-harness source cited below):
 
 * ``vllm``: ``tests/evals/gsm8k/gsm8k_eval.py --save-results`` JSON: ``accuracy``,

@@ -5,7 +5,7 @@ turning any byte soup into numbered text lines, and the bookkeeping every parser
 value wins, so lines repeated by every tensor-parallel rank count once; events de-duplicated;
 ``not_found`` filled from the fields an engine's log is expected to give).
 
-Prefix formats (engine-facts.md and the real logs in ../shared/data):
+Prefix formats (engine-facts.md and the real reference logs):
 - vLLM:      ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text`` (process tag optional)
 - SGLang:    ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text``
 - llama.cpp: ``0.00.291.950 I text`` (xllamacpp / llama-server with timestamps) or plain ``text``
