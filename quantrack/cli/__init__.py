@@ -20,7 +20,7 @@ from quantrack.errors import QuantrackError
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("quantrack.cli.plan", "plan", "Derived capacity per arm: weights, KV budget, tokens, concurrency."),
     "preflight": ("quantrack.cli.preflight", "preflight", "Check arms against the rulebook on a GPU before renting or running."),
-    "rules": ("quantrack.cli.rules", "rules", "List, explain and validate the rulebook and catalogs."),
+    "rules": ("quantrack.cli.rules", "rules", "List, explain and validate the rulebook (rules/*.toml)."),
     "catalog": ("quantrack.cli.catalog", "catalog", "List the built-in GPU and model catalogs."),
     "logs": ("quantrack.cli.logs", "logs", "Parse engine startup logs; reconcile them with the capacity plan."),
     "serve": ("quantrack.cli.serve", "serve", "Start one arm's engine server in the foreground (managed lifecycle)."),
