@@ -2,8 +2,9 @@
 
 Everything here is derived from counts that were measured or imported; nothing is assumed.
 
-* One run: standard error ``sqrt(p(1-p)/n)`` and the 95% Wilson score interval from
-  ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``.
+* One run: standard error ``sqrt(p(1-p)/n)`` and the 95% Wilson score interval in closed form
+  (Wilson 1927; the same figures as ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``,
+  checked in the tests).
 * Smallest detectable difference (a planning figure): ``(z_{0.975} + z_{0.80}) * SE_diff`` =
   2.80 x SE_diff, with ``SE_diff = sqrt(2) * SE`` for two runs of the same size and accuracy
   treated as independent (two-sided alpha 0.05, power 0.80). A paired test on the same questions
@@ -11,10 +12,12 @@ Everything here is derived from counts that were measured or imported; nothing i
 * Two arms on the same questions: difference Delta = p_arm - p_base with a 95% interval by
   Newcombe's method 10 (hybrid Wilson score interval for paired proportions, no continuity
   correction; Newcombe 1998, Statistics in Medicine 17:2635-2650; checked against the worked
-  example in Fagerland, Lydersen & Laake 2017, ch. 8), and an exact McNemar test:
-  ``binomtest(b, b + c, 0.5)`` on the discordant pairs.
+  example in Fagerland, Lydersen & Laake 2017, ch. 8), and an exact McNemar test: the two-sided
+  exact binomial test of b successes in b + c trials at 0.5, summed with ``math.comb`` (the same
+  p-value as ``scipy.stats.binomtest(b, b + c, 0.5)``, checked in the tests).
 
-scipy is imported inside the functions (``quantrack --help`` must stay fast).
+The paired comparison and the interval need no scipy (``quantrack compare`` must start fast);
+scipy is imported only inside ``detectable_multiplier``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from quantrack.errors import BadInput
 
 ALPHA = 0.05
 POWER = 0.80
+Z_975 = 1.959963984540054  # standard normal 0.975 quantile (scipy.stats.norm.ppf(0.975); checked in the tests)
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,32 @@ def proportion(k: int, n: int) -> Proportion:
         raise BadInput(f"invalid counts: {k} correct out of {n}")
     if n == 0:
         return Proportion(k, n, None, None, None, None)
-    from scipy.stats import binomtest  # type: ignore[import-untyped]
-
     p = k / n
-    ci = binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="wilson")
-    return Proportion(k, n, p, math.sqrt(p * (1 - p) / n), float(ci.low), float(ci.high))
+    low, high = wilson_interval(k, n)
+    return Proportion(k, n, p, math.sqrt(p * (1 - p) / n), low, high)
+
+
+def wilson_interval(k: int, n: int, z: float = Z_975) -> tuple[float, float]:
+    """95% Wilson score interval for k of n (no continuity correction):
+    (p + z^2/2n -/+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)."""
+    p = k / n
+    denom = 1 + z * z / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)
+
+
+def exact_binomial_two_sided_half(k: int, n: int) -> float:
+    """Two-sided exact binomial p-value of k successes in n trials at probability 1/2.
+
+    The distribution is symmetric, so the outcomes at most as likely as k are the two tails beyond
+    min(k, n-k): p = min(1, 2 * sum_{i <= min(k, n-k)} C(n, i) / 2^n). Summed in exact integers."""
+    if n == 0:
+        return 1.0
+    if not 0 <= k <= n:
+        raise BadInput(f"invalid counts: {k} of {n}")
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1))
+    return min(1.0, (2 * tail) / (1 << n))
 
 
 def detectable_multiplier(alpha: float = ALPHA, power: float = POWER) -> float:
@@ -92,7 +117,7 @@ class PairedComparison:
     delta_ci_low: float
     delta_ci_high: float
     mcnemar_p: float
-    method: str = "Newcombe (1998) method 10 interval; exact McNemar (binomtest on b vs b+c)"
+    method: str = "Newcombe (1998) method 10 interval; exact McNemar (exact binomial on b of b+c at 1/2)"
 
     @property
     def within_noise(self) -> bool:
@@ -141,12 +166,10 @@ def compare_counts(a: int, b: int, c: int, d: int) -> PairedComparison:
     n = a + b + c + d
     if n == 0:
         raise BadInput("no question was answered by both runs: nothing to pair")
-    from scipy.stats import binomtest  # type: ignore[import-untyped]
-
     p_base = (a + b) / n
     p_arm = (a + c) / n
     low, high = newcombe_paired_ci(a, b, c, d)
-    mcnemar = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
+    mcnemar = exact_binomial_two_sided_half(b, b + c)
     return PairedComparison(
         n=n, base_correct=a + b, arm_correct=a + c, both_correct=a, base_only=b, arm_only=c, both_wrong=d,
         base_accuracy=p_base, arm_accuracy=p_arm, delta=p_arm - p_base, delta_ci_low=low, delta_ci_high=high,
