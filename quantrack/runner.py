@@ -206,8 +206,8 @@ def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
                progress: Progress) -> Iterator[str]:
     """Start the arm's server through its adapter and ManagedServer; yields the base URL; always stops it."""
     from quantrack.engines import get_adapter
-    from quantrack.engines.base import LaunchSpec
     from quantrack.engines.lifecycle import ManagedServer, free_port
+    from quantrack.engines.lifecycle import launch_spec_for_study as spec_for
 
     adapter = get_adapter(study.engine.kind)
     host = study.engine.host
@@ -215,10 +215,7 @@ def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
     model = arm.model or study.model.path or study.model.gguf or study.model.name
     if not model:
         raise StepError("[model] path (what the engine serves) is required to start a server")
-    spec = LaunchSpec(model=model, arm=arm, host=host, port=port, context_len=study.context_len,
-                      util=study.gpu.util, tp=study.gpu.count, parallel=study.parallel,
-                      served_name=study.model.served_name, extra_args=tuple(study.engine.args),
-                      env=dict(study.engine.env), binary=study.engine.binary)
+    spec = spec_for(study, arm, port=port)  # the same spec `quantrack preflight` prints
     outcome.launch_argv, outcome.launch_env = adapter.launch_argv(spec), adapter.launch_env(spec)
     log_path = workdir / f"{arm.name}-server.log"
     outcome.server_log = log_path

@@ -4,7 +4,13 @@ Owns: starting an argv (never through a shell) in its own process group with its
 to a log file, waiting for ``/health`` (llama.cpp: 200 *and* ``{"status": "ok"}``), detecting an
 early exit (EngineError quoting the log's last lines), and stopping: SIGTERM to the group, wait,
 then SIGKILL. Context manager; also stopped on KeyboardInterrupt and at interpreter exit (atexit +
-a weak registry of live servers).
+a weak registry of live servers). On Linux the engine also dies with its parent when the parent is
+SIGKILLed (nothing above runs then): it is started through ``quantrack/engines/reaper.py``, which
+arms ``PR_SET_PDEATHSIG`` (SIGTERM) and execs the engine in place (see that module for why not
+``preexec_fn``, and the thread caveat).
+
+Also owns the one mapping from a study's arm to its LaunchSpec (``launch_spec_for_study``): ``run``
+serves it and ``preflight`` prints it, so the two commands cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -23,8 +31,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from quantrack.errors import EngineError
+from quantrack.errors import BadInput, EngineError
 
+_REAPER = Path(__file__).with_name("reaper.py")
 _LIVE: weakref.WeakSet[ManagedServer] = weakref.WeakSet()
 
 
@@ -78,6 +87,7 @@ class ManagedServer:
         stop_timeout: float = 15.0,
         cwd: str | Path | None = None,
         name: str = "server",
+        die_with_parent: bool = True,
     ) -> None:
         if not argv or not all(isinstance(a, str) for a in argv):
             raise EngineError("server argv must be a non-empty list of strings")
@@ -91,6 +101,7 @@ class ManagedServer:
         self.stop_timeout = stop_timeout
         self.cwd = str(cwd) if cwd else None
         self.name = name
+        self.die_with_parent = die_with_parent
         if log_path is None:
             fd, tmp = tempfile.mkstemp(prefix=f"quantrack-{name}-", suffix=".log")
             os.close(fd)
@@ -125,15 +136,35 @@ class ManagedServer:
         return self.proc is not None and self.proc.poll() is None
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    def popen_argv(self) -> list[str]:
+        """What is actually exec'd: ``argv`` behind the parent-death wrapper on Linux, else ``argv``."""
+        if self.die_with_parent and sys.platform.startswith("linux") and sys.executable and _REAPER.is_file():
+            return [sys.executable, "-S", "-E", str(_REAPER), "--ppid", str(os.getpid()), "--", *self.argv]
+        return list(self.argv)
+
+    def _check_executable(self, env: dict[str, str]) -> None:
+        """The errors Popen would raise for a missing/non-executable argv[0], raised before the wrapper
+        runs (behind it, a bad path would only show up as an early exit)."""
+        exe = self.argv[0]
+        if os.sep in exe:
+            path = exe if os.path.isabs(exe) or not self.cwd else os.path.join(self.cwd, exe)
+            if not os.path.exists(path):
+                raise EngineError(f"cannot start {self.name}: {exe!r} not found (No such file or directory)")
+            if os.path.isdir(path) or not os.access(path, os.X_OK):
+                raise EngineError(f"cannot start {self.name}: {exe!r} is not executable")
+        elif shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
+            raise EngineError(f"cannot start {self.name}: {exe!r} not found (No such file or directory)")
+
     def start(self, wait: bool = True) -> Self:
         if self.running():
             return self
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        self._check_executable(env)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child; closed right after Popen
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                self.popen_argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, cwd=self.cwd, start_new_session=True,
             )
         except FileNotFoundError as exc:
@@ -274,8 +305,6 @@ def server_for_arm(
 
     adapter = get_adapter(engine)
     if adapter.kind == "llamacpp" and not Path(str(arm.model or model)).is_file():
-        from quantrack.errors import BadInput
-
         raise BadInput(f"GGUF file not found: {arm.model or model}")
     spec = LaunchSpec(model=model, arm=arm, host=host, port=port or free_port(host), context_len=context_len,
                       util=util, tp=tp, parallel=parallel, served_name=served_name, extra_args=tuple(extra_args),
@@ -284,23 +313,38 @@ def server_for_arm(
                                   name=f"{adapter.kind}-{arm.name}")
 
 
+def launch_spec_for_study(study: Any, arm: Any, *, port: int | None = None) -> Any:
+    """The LaunchSpec that serves ``arm`` of ``study``: ``run`` starts it, ``preflight`` prints it.
+
+    ``port=None`` keeps the study's ``[engine] port`` (0 = the caller picks a free one). Model
+    references (``smollm2:Q8_0``) must already be resolved to files by the caller.
+    """
+    from quantrack.engines.base import LaunchSpec
+
+    model = arm.model or study.model.path or study.model.gguf or study.model.name
+    if not model:
+        raise BadInput("the study's [model] needs a path (what the engine serves)")
+    gpu_engine = study.engine.kind != "llamacpp"
+    return LaunchSpec(model=model, arm=arm, host=study.engine.host,
+                      port=study.engine.port if port is None else port, context_len=study.context_len,
+                      util=study.gpu.util if gpu_engine else None, tp=study.gpu.count, parallel=study.parallel,
+                      served_name=study.model.served_name, extra_args=tuple(study.engine.args),
+                      env=dict(study.engine.env), binary=study.engine.binary)
+
+
 def server_for_study(study: Any, arm_name: str, log_path: str | Path | None = None) -> ManagedServer:
     """The ManagedServer for arm ``arm_name`` of a loaded Study (not started)."""
-    from quantrack.errors import BadInput, did_you_mean
+    from quantrack.engines import get_adapter
+    from quantrack.errors import did_you_mean
 
     names = [a.name for a in study.arms]
     if arm_name not in names:
         raise BadInput(f"arm {arm_name!r} is not in study {study.name!r}{did_you_mean(arm_name, names)}; "
                        f"arms: {', '.join(names)}")
     arm = next(a for a in study.arms if a.name == arm_name)
-    model = arm.model or study.model.path or study.model.gguf or study.model.name
-    if not model:
-        raise BadInput("the study's [model] needs a path (what the engine serves)")
-    gpu_engine = study.engine.kind != "llamacpp"
-    return server_for_arm(
-        study.engine.kind, model, arm, host=study.engine.host, port=study.engine.port,
-        context_len=study.context_len, util=study.gpu.util if gpu_engine else None, tp=study.gpu.count,
-        parallel=study.parallel, served_name=study.model.served_name, extra_args=tuple(study.engine.args),
-        env=dict(study.engine.env), binary=study.engine.binary, log_path=log_path,
-        startup_timeout=study.engine.ready_timeout_s,
-    )
+    spec = launch_spec_for_study(study, arm)
+    adapter = get_adapter(study.engine.kind)
+    if adapter.kind == "llamacpp" and not Path(spec.model).is_file():
+        raise BadInput(f"GGUF file not found: {spec.model}")
+    return ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
+                                  name=f"{adapter.kind}-{arm.name}")

@@ -134,3 +134,60 @@ def test_cli_server_info_live(llamacpp_server: str) -> None:
     info = json.loads(res.output)
     assert info["engine"] == "llamacpp" and info["total_slots"] == 2 and info["n_params"] == 134_515_008
     assert "tokens_predicted_total" in info["metrics"]
+
+
+def _dead_or_zombie(pid: int) -> bool:
+    """Gone, or exited and waiting to be reaped (PID 1 here may never reap orphans)."""
+    if _gone(pid):
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_engine_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
+    """SIGKILL skips atexit and finally: only the parent-death signal (reaper.py) stops the engine."""
+    import signal
+    import subprocess
+
+    parent_code = (
+        "import sys, time\n"
+        "from quantrack.engines.lifecycle import ManagedServer\n"
+        "srv = ManagedServer([sys.executable, '-c', 'import time; time.sleep(60)'], port=1,\n"
+        f"                    log_path={str(tmp_path / 'orphan.log')!r})\n"
+        "srv.start(wait=False)\n"
+        "print(srv.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    child = 0
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        time.sleep(0.5)  # let the wrapper arm the signal and exec the engine
+        cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[:3] == [sys.executable.encode(), b"-c", b"import time; time.sleep(60)"]  # exec'd in place
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while not _dead_or_zombie(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _dead_or_zombie(child), "the engine outlived its SIGKILLed parent"
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        if child and not _dead_or_zombie(child):
+            os.killpg(child, signal.SIGKILL)  # the test failed: do not leave the sleeper behind
+
+
+def test_missing_binary_is_one_clear_error(tmp_path: Path) -> None:
+    srv = ManagedServer([str(tmp_path / "no-such-vllm"), "serve"], port=1, log_path=tmp_path / "m.log")
+    with pytest.raises(EngineError, match=r"'.*no-such-vllm' not found \(No such file or directory\)"):
+        srv.start()
+    assert srv.proc is None
+    srv = ManagedServer(["quantrack-no-such-engine"], port=1, log_path=tmp_path / "n.log")
+    with pytest.raises(EngineError, match=r"'quantrack-no-such-engine' not found"):
+        srv.start()
