@@ -1,10 +1,13 @@
 """The study table (the seeds' lab06 §4 template) built from tracked runs — pure, no mlflow here.
 
-One row per arm (its newest finished run; a failed or rejected arm shows its newest run and status):
+One row per arm (its newest finished run; a failed or rejected arm shows its newest run and status;
+a footnote counts the runs of the same arm that were skipped, e.g. a Ray retry's KILLED partial run):
 Configuration, Weights (GiB), Capacity (tok), Batch-1 TPOT, GSM8K, Δ vs <baseline>, plus predicted vs
-reported capacity, the paired test for Δ (exact McNemar from per-question records), the fallback
-column, and top-1 agreement / KL. Any cell whose metric was not logged reads ``FILL IN``: nothing is ever
-filled from elsewhere. Which figures are measured and which derived is in ``COLUMNS`` and in the footer.
+reported capacity, the KV cache in MiB (llama.cpp's buffer), the derived cost per 1M output tokens at
+the arm's highest measured sweep concurrency (quantrack.pricing), the paired test for Δ (exact McNemar
+from per-question records), the fallback column, and top-1 agreement / KL. Any cell whose metric was not
+logged reads ``FILL IN`` (cost: ``—``): nothing is ever filled from elsewhere. Which figures are measured
+and which derived is in ``COLUMNS`` and in the footer.
 """
 
 from __future__ import annotations
@@ -12,11 +15,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from quantrack.errors import BadInput, did_you_mean
 from quantrack.tracking import RunRow
+
+if TYPE_CHECKING:
+    from quantrack.pricing import PriceTable
 
 FILL = "FILL IN"
 FORMATS = ("table", "md", "csv", "json")
@@ -31,6 +41,10 @@ M_TPOT = "tpot_ms_p50"
 M_GSM8K = "gsm8k_accuracy"
 M_GSM8K_SE = "gsm8k_se"
 M_GSM8K_N = "gsm8k_n"
+M_GSM8K_LOW = "gsm8k_ci_low"  # 95% Wilson interval (quantrack.accuracy.stats.proportion)
+M_GSM8K_HIGH = "gsm8k_ci_high"
+M_KV_MIB = "kv_mib_reported"  # llama.cpp: the KV buffer its log prints (K + V MiB)
+SWEEP_TPS = re.compile(r"^sweep_output_tps_c(\d+)$")  # measured output tok/s at concurrency N
 M_TOP1 = "kl_top1_agree"
 M_KL = "kl_mean"
 T_CORRECT = "quantrack.gsm8k_correct"  # per-question outcomes: '1' right, '0' wrong, '.' not answered
@@ -48,8 +62,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("capacity_tok", "Capacity (tok)", "measured: engine startup log (KV-cache tokens)"),
     ("predicted_tok", "Predicted (tok)", "derived: quantrack.capacity"),
     ("capacity_error", "Cap. error", "derived: (reported - predicted) / predicted"),
+    ("kv_mib", "KV (MiB)", "measured: engine startup log (llama.cpp KV buffer, K + V)"),
     ("tpot_ms", "Batch-1 TPOT", "measured: client, median over iterations"),
-    ("gsm8k", "GSM8K", "measured or imported: accuracy ± standard error"),
+    ("cost", "{cost}", ("derived: dated GPU price per hour / measured output tok/s at the arm's highest sweep "
+                        "concurrency")),
+    ("gsm8k", "GSM8K", ("measured or imported: accuracy [95% Wilson interval] n=questions "
+                        "(accuracy ± standard error where no interval was logged)")),
     ("delta", "Δ vs {baseline}", "derived: accuracy difference, percentage points"),
     ("paired_test", "Paired test", "derived: exact McNemar on per-question records"),
     ("fallback", "Fallback", "measured: engine startup log"),
@@ -66,9 +84,11 @@ class CompareTable:
     rows: list[dict[str, str]]
     raw: list[dict[str, Any]] = field(default_factory=list)  # the numbers behind each row (json)
     notes: list[str] = field(default_factory=list)
+    cost_header: str = "$ / 1M out tok (derived)"
+    skipped: dict[str, dict[str, int]] = field(default_factory=dict)  # arm -> {status: runs not shown}
 
     def headers(self) -> list[str]:
-        return [h.format(baseline=self.baseline or "baseline") for _, h, _ in COLUMNS]
+        return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header) for _, h, _ in COLUMNS]
 
 
 def pick_arm_runs(runs: list[RunRow]) -> dict[str, RunRow]:
@@ -85,6 +105,79 @@ def pick_arm_runs(runs: list[RunRow]) -> dict[str, RunRow]:
     return best
 
 
+def skipped_runs(runs: list[RunRow], chosen: dict[str, RunRow]) -> dict[str, dict[str, int]]:
+    """Per arm, the statuses of its runs that the table does not show (re-runs, retries' partial runs)."""
+    out: dict[str, Counter[str]] = {}
+    for r in runs:
+        shown = chosen.get(r.arm)
+        if shown is not None and r.run_id != shown.run_id:
+            out.setdefault(r.arm, Counter())[r.status] += 1
+    return {a: dict(sorted(c.items())) for a, c in out.items()}
+
+
+def _skipped_note(skipped: dict[str, dict[str, int]], chosen: dict[str, RunRow]) -> str | None:
+    if not skipped:
+        return None
+    parts = []
+    for arm in sorted(skipped):
+        counts = skipped[arm]
+        n = sum(counts.values())
+        what = ", ".join(f"{k} {v}" for k, v in counts.items())
+        shown = "latest FINISHED" if chosen[arm].status == "FINISHED" else f"latest ({chosen[arm].status})"
+        parts.append(f"{arm}: {shown} run shown, {n} other run{'s' if n != 1 else ''} skipped ({what})")
+    return "several runs per arm: " + "; ".join(parts) + "."
+
+
+def sweep_throughput(metrics: dict[str, float]) -> dict[int, float]:
+    """Measured output tok/s per sweep concurrency level (``sweep_output_tps_c<N>``)."""
+    out: dict[int, float] = {}
+    for k, v in metrics.items():
+        m = SWEEP_TPS.match(k)
+        if m and isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
+            out[int(m.group(1))] = float(v)
+    return out
+
+
+def _gpu_count(r: RunRow) -> int:
+    try:
+        return max(1, int(r.params.get("tp") or 1))
+    except ValueError:
+        return 1
+
+
+def cost_for(r: RunRow, prices: PriceTable) -> tuple[str, int | None, dict[str, Any] | None]:
+    """The cost cell at the arm's highest measured sweep concurrency: (cell, N, figures) or ('—', None, None)."""
+    from quantrack.pricing import NOT_PRICED, cost_cell
+
+    tps = sweep_throughput(r.metrics)
+    if not tps:
+        return NOT_PRICED, None, None
+    n = max(tps)
+    gpus = [g for g in (r.params.get("gpu_name"), r.params.get("gpu_catalog")) if g and g not in ("auto",)]
+    for gpu in gpus:
+        cell = cost_cell(gpu, tps, n, prices, gpu_count=_gpu_count(r))
+        if cell != NOT_PRICED:
+            return cell, n, {"usd_per_1m_output_tokens": float(cell), "concurrency": n,
+                             "output_tok_s": tps[n], "gpu": gpu, "gpu_count": _gpu_count(r)}
+    return NOT_PRICED, n, None
+
+
+def _cost_header(ns: set[int]) -> str:
+    from quantrack.pricing import cost_column
+
+    if len(ns) == 1:
+        return cost_column(next(iter(ns)))
+    if not ns:
+        return "$ / 1M out tok (derived)"
+    return "$ / 1M out tok (derived, @cN: highest measured per arm)"
+
+
+def _price_table(prices: PriceTable | str | Path | None) -> PriceTable:
+    from quantrack.pricing import PriceTable, load_prices
+
+    return prices if isinstance(prices, PriceTable) else load_prices(prices)
+
+
 def choose_baseline(chosen: dict[str, RunRow], baseline: str | None) -> str | None:
     if not chosen:
         return None
@@ -97,6 +190,20 @@ def choose_baseline(chosen: dict[str, RunRow], baseline: str | None) -> str | No
     if flagged:
         return max(flagged, key=lambda a: chosen[a].start_time)
     return "bf16" if "bf16" in chosen else None
+
+
+def gsm8k_cell(m: dict[str, float]) -> str:
+    """Accuracy with its 95% Wilson interval and n when logged (an SE of 0 at 0/n or n/n says nothing);
+    else accuracy ± SE; else FILL IN."""
+    acc, se = m.get(M_GSM8K), m.get(M_GSM8K_SE)
+    lo, hi, n = m.get(M_GSM8K_LOW), m.get(M_GSM8K_HIGH), m.get(M_GSM8K_N)
+    if acc is None:
+        return FILL
+    if lo is not None and hi is not None:
+        return f"{acc * 100:.1f}% [{lo * 100:.1f}, {hi * 100:.1f}]" + (f" n={round(n)}" if n is not None else "")
+    if se is None:
+        return f"{acc:.3f}"
+    return f"{acc:.3f} ± {se:.3f}"
 
 
 def _num(x: float | None, digits: int = 2) -> str:
@@ -167,8 +274,12 @@ def _status(r: RunRow) -> str:
     return r.status.lower() if r.status == "FINISHED" else r.status
 
 
-def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None) -> CompareTable:
-    """Rows for every arm of the experiment, in the order the arms were first run."""
+def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None,
+                prices: PriceTable | str | Path | None = None) -> CompareTable:
+    """Rows for every arm of the experiment, in the order the arms were first run.
+
+    ``prices``: a PriceTable or a prices TOML (``--prices FILE``); None: the shipped rules/prices.toml."""
+    price_table = _price_table(prices)
     chosen = pick_arm_runs(runs)
     base_name = choose_baseline(chosen, baseline)
     base = chosen.get(base_name) if base_name else None
@@ -176,18 +287,20 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
     for r in runs:
         first_seen[r.arm] = min(first_seen.get(r.arm, r.start_time), r.start_time)
     order = sorted(chosen, key=lambda a: (a != base_name, first_seen[a], a))
-    table = CompareTable(experiment=experiment, baseline=base_name, rows=[])
+    table = CompareTable(experiment=experiment, baseline=base_name, rows=[],
+                         skipped=skipped_runs(runs, chosen))
     base_acc = base.metrics.get(M_GSM8K) if base else None
+    costs = {arm: cost_for(chosen[arm], price_table) for arm in order}
+    cost_ns = {n for _, n, _ in costs.values() if n is not None}
+    table.cost_header = _cost_header(cost_ns)
     for arm in order:
         r = chosen[arm]
         m = r.metrics
-        acc, se = m.get(M_GSM8K), m.get(M_GSM8K_SE)
-        if acc is None:
-            gsm = FILL
-        elif se is None:
-            gsm = f"{acc:.3f}"
-        else:
-            gsm = f"{acc:.3f} ± {se:.3f}"
+        acc = m.get(M_GSM8K)
+        gsm = gsm8k_cell(m)
+        cost, cost_n, cost_info = costs[arm]
+        if len(cost_ns) > 1 and cost_n is not None and cost_info is not None:
+            cost = f"{cost} @c{cost_n}"
         test_info: dict[str, Any] | None = None
         if arm == base_name:
             delta = "— (baseline)"
@@ -205,7 +318,9 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             "capacity_tok": _int(m.get(M_KV_REPORTED)),
             "predicted_tok": _int(m.get(M_KV_PREDICTED)),
             "capacity_error": FILL if cap_err is None else f"{cap_err:+.2f}%",
+            "kv_mib": _num(m.get(M_KV_MIB)),
             "tpot_ms": FILL if m.get(M_TPOT) is None else f"{m[M_TPOT]:.2f} ms",
+            "cost": cost,
             "gsm8k": gsm,
             "delta": delta,
             "paired_test": test,
@@ -218,17 +333,40 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
         table.raw.append({
             "arm": arm, "run_id": r.run_id, "status": r.status, "verdict": r.tags.get(T_VERDICT),
             "weights": r.params.get("weights"), "kv_cache_dtype": r.params.get("kv_cache_dtype"),
-            "metrics": {k: m.get(k) for k in (M_WEIGHTS, M_KV_REPORTED, M_KV_PREDICTED, M_CAP_ERR, M_TPOT,
-                                              M_GSM8K, M_GSM8K_SE, M_GSM8K_N, M_TOP1, M_KL)},
+            "metrics": {k: m.get(k) for k in (M_WEIGHTS, M_KV_REPORTED, M_KV_PREDICTED, M_CAP_ERR, M_KV_MIB, M_TPOT,
+                                              M_GSM8K, M_GSM8K_SE, M_GSM8K_LOW, M_GSM8K_HIGH, M_GSM8K_N, M_TOP1,
+                                              M_KL)},
+            "cost": cost_info,
+            "skipped_runs": table.skipped.get(arm, {}),
             "delta_vs_baseline": None if arm == base_name or acc is None or base_acc is None else acc - base_acc,
             "paired_test": test_info,
             "fallback": r.tags.get(T_FALLBACK), "fallback_kinds": r.tags.get(T_FALLBACK_KINDS),
         })
     if base_name is None and chosen:
         table.notes.append("no baseline: pass --baseline ARM (no arm is named bf16 or tagged as baseline)")
-    table.notes.append("measured: weights, capacity (engine log), TPOT (client), GSM8K (eval), fallback (log); "
-                       "derived: predicted capacity, capacity error, Δ, paired test. "
+    table.notes.append("measured: weights, capacity and KV MiB (engine log), TPOT (client), GSM8K (eval), fallback "
+                       "(log); derived: predicted capacity, capacity error, cost, Δ, paired test. "
+                       "GSM8K: accuracy [95% Wilson interval] n=questions. "
                        "* = Δ's 95% interval excludes 0. FILL IN = not measured.")
+    priced = [arm for arm in order if costs[arm][2] is not None]
+    if priced:
+        from quantrack.pricing import price_summary
+
+        seen: dict[str, str] = {}
+        for arm in priced:
+            info = costs[arm][2]
+            assert info is not None
+            ps = price_summary(info["gpu"], price_table)
+            seen.setdefault(ps["gpu"], f"{ps['gpu']} ${ps['usd_per_hour']:g}/h ({ps['date']}, {ps['provider'] or 'list'})")
+        table.notes.append("cost = price per GPU-hour x GPUs / (measured output tok/s x 3600) x 1e6 at the arm's "
+                           f"highest sweep concurrency; prices: {'; '.join(seen.values())} from {price_table.path}. "
+                           "— = no price or no sweep.")
+    else:
+        table.notes.append("cost: — (no arm has both a measured sweep throughput and a GPU price; "
+                           "add a price with --prices FILE).")
+    skipped = _skipped_note(table.skipped, chosen)
+    if skipped:
+        table.notes.append(skipped)
     return table
 
 
@@ -241,9 +379,8 @@ def render(table: CompareTable, fmt: str = "table") -> str:
     if fmt == "json":
         return json.dumps({
             "experiment": table.experiment, "baseline": table.baseline,
-            "columns": [{"key": k, "header": h.format(baseline=table.baseline or "baseline"), "source": s}
-                        for k, h, s in COLUMNS],
-            "rows": table.rows, "values": table.raw, "fill_in": FILL,
+            "columns": [{"key": k, "header": h, "source": s} for (k, _, s), h in zip(COLUMNS, headers)],
+            "rows": table.rows, "values": table.raw, "fill_in": FILL, "notes": table.notes,
         }, indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -264,14 +401,17 @@ def render(table: CompareTable, fmt: str = "table") -> str:
     return f"experiment: {table.experiment}   baseline: {table.baseline or 'none'}\n{text}\n{notes}\n"
 
 
-def compare_experiment(experiment: str, baseline: str | None = None, uri: str | None = None) -> CompareTable:
-    """Read the experiment's arm runs (one search) and build the table."""
+def compare_experiment(experiment: str, baseline: str | None = None, uri: str | None = None,
+                       prices: str | Path | None = None) -> CompareTable:
+    """Read the experiment's arm runs (one search) and build the table (``prices``: ``--prices FILE``)."""
     from quantrack.tracking import load_runs
 
+    price_table = _price_table(prices)  # a bad prices file is reported before the store is read
     runs = load_runs(experiment, uri)
     if not runs:
         raise BadInput(f"experiment {experiment!r} has no arm runs (log some with `quantrack run` or `quantrack log`)")
-    return build_table(experiment, runs, baseline)
+    return build_table(experiment, runs, baseline, price_table)
 
 
-__all__ = ["FILL", "FORMATS", "CompareTable", "build_table", "compare_experiment", "paired_test", "render"]
+__all__ = ["FILL", "FORMATS", "CompareTable", "build_table", "compare_experiment", "cost_for", "gsm8k_cell",
+           "paired_test", "render", "skipped_runs", "sweep_throughput"]
