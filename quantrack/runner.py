@@ -90,11 +90,12 @@ class ArmOutcome:
 
 @dataclass
 class RunOptions:
-    arm: str | None = None
+    arm: str | tuple[str, ...] | None = None  # one arm name or several (`--arm` is repeatable); None: all
     base_url: str | None = None
     server_log: str | None = None
     tracking_uri: str | None = None
     api_key: str | None = None  # for the engine's OpenAI API; never logged
+    prices: str | None = None  # --prices FILE for the closing compare table's cost column (None: shipped prices)
     workdir: Path | None = None  # server logs and eval records go here
 
 
@@ -837,18 +838,20 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     opts = opts or RunOptions()
     say = progress or (lambda _m: None)
     t_study = time.perf_counter()
-    if opts.base_url and not opts.arm and len(study.arms) > 1:
+    names = tuple(dict.fromkeys((opts.arm,) if isinstance(opts.arm, str) else (opts.arm or ())))
+    if opts.base_url and (len(names) > 1 or (not names and len(study.arms) > 1)):
         raise BadInput("--base-url measures one running server: name its arm with --arm "
                        f"(arms: {', '.join(a.name for a in study.arms)})")
     if opts.server_log and not opts.base_url:
         raise BadInput("--server-log goes with --base-url (a server quantrack did not start)")
     if opts.server_log and not Path(opts.server_log).is_file():
         raise BadInput(f"--server-log {opts.server_log!r}: no such file")
+    prices = _load_prices(opts.prices)
     refs = {a.name: a.model for a in study.arms if a.model}
     study, resolved = _resolve_models(study, say)
-    arms = [study.arm(opts.arm)] if opts.arm else list(study.arms)
-    if not opts.arm:  # the baseline first: every candidate's speedup plot and KL are measured against it
-        arms.sort(key=lambda a: not a.baseline)
+    arms = [study.arm(n) for n in names] if names else list(study.arms)
+    # the baseline first: every candidate's speedup plot and KL are measured against it
+    arms.sort(key=lambda a: not a.baseline)
     experiment = study.tracking.experiment or study.name
     tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
     workdir = _workdir(study, opts)
@@ -863,7 +866,7 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     parent = tracker.log(study_record(study, experiment, node))
     outcomes: list[ArmOutcome] = []
     logged: dict[str, Logged] = {}
-    baseline_acc = _stored_baseline_accuracy(study, tracker) if opts.arm else None
+    baseline_acc = _stored_baseline_accuracy(study, tracker) if names else None
     baseline_out: ArmOutcome | None = None
     parent_status = "FAILED"
     try:
@@ -892,7 +895,7 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
         tracker.finish(parent, parent_status)
     result = StudyResult(study=study, experiment=experiment, outcomes=outcomes, parent=parent, logged=logged,
                          plots=[p for o in outcomes for p in o.plots.values()])
-    result.table = study_table(result, tracker.uri, say)
+    result.table = study_table(result, tracker.uri, say, prices)
     result.wall_s = round(time.perf_counter() - t_study, 1)
     for png in result.plots:
         say(f"speedup plot: {png} (also an artifact of its arm's run)")
@@ -908,8 +911,15 @@ def _resolve_models(study: Study, say: Progress) -> tuple[Study, dict[str, Any]]
     return resolve_study(study, progress=say)
 
 
-def study_table(result: StudyResult, uri: str, say: Progress) -> str | None:
-    """The compare table of this study's arm runs only (read back from the store), printed as progress."""
+def _load_prices(path: str | None) -> Any:
+    """--prices FILE for the closing compare table, read before any arm runs (a bad file is exit 2 now)."""
+    from quantrack.pricing import load_prices
+
+    return load_prices(path)
+
+
+def study_table(result: StudyResult, uri: str, say: Progress, prices: Any = None) -> str | None:
+    """The compare table of this study's arm runs only (read back from the store); the CLI prints it to stdout."""
     parent = result.parent
     if parent is None or parent.run_id is None:
         say("compare: the runs were spooled; after `quantrack sync`, run "
@@ -922,13 +932,13 @@ def study_table(result: StudyResult, uri: str, say: Progress) -> str | None:
         runs = [r for r in load_runs(result.experiment, uri) if r.tags.get("mlflow.parentRunId") == parent.run_id]
         if not runs:
             return None
-        text = render(build_table(result.experiment, runs, result.study.baseline.name), "table")
+        text = render(build_table(result.experiment, runs, result.study.baseline.name, prices), "table")
     except Exception as exc:  # noqa: BLE001 - the runs are logged already; the table is only a view of them
         say(f"compare: could not build the table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
             f"run `quantrack compare --experiment {result.experiment}`")
         return None
-    say(f"compare (this study's runs; same as `quantrack compare --experiment {result.experiment}` while they are the "
-        f"newest):\n{text.rstrip()}")
+    say(f"compare: the table of this study's runs is the result (same as `quantrack compare --experiment "
+        f"{result.experiment}` while they are the newest)")
     return text
 
 
