@@ -11,10 +11,15 @@ import click
               help="Arm the Δ column is against (default: the arm tagged baseline, else bf16).")
 @click.option("--format", "fmt", type=click.Choice(["table", "md", "csv", "json"]), default="table",
               show_default=True)
+@click.option("--prices", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+              help="GPU prices (TOML, [[price]] tables) for the derived cost column "
+                   "(default: the shipped rules/prices.toml).")
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
-def compare(experiment: str, baseline: str | None, fmt: str, tracking_uri: str | None) -> None:
-    """One row per arm (its newest finished run): weights, capacity (reported and predicted), batch-1 TPOT,
-    GSM8K, Δ vs baseline with the paired McNemar test, fallback, top-1 agreement and KL."""
+def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None, tracking_uri: str | None) -> None:
+    """One row per arm (its newest finished run; skipped re-runs are counted in a footnote): weights,
+    capacity (reported and predicted), KV MiB, batch-1 TPOT, derived $ per 1M output tokens at the highest
+    measured sweep concurrency, GSM8K with its 95% Wilson interval, Δ vs baseline with the paired McNemar
+    test, fallback, top-1 agreement and KL."""
     from quantrack.report.compare import compare_experiment, render
 
-    click.echo(render(compare_experiment(experiment, baseline, tracking_uri), fmt), nl=False)
+    click.echo(render(compare_experiment(experiment, baseline, tracking_uri, prices), fmt), nl=False)

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import click
 
+# Exit codes: every selected arm FINISHED -> 0; any arm FAILED -> 1; an arm rejected by preflight
+# (none failed) -> 3. Bad input is 2 (quantrack.errors.BadInput, one line).
+EXIT_FAILED = 1
+EXIT_REJECTED = 3
+
 
 @click.command("run")
 @click.argument("study_file", metavar="STUDY.toml", type=click.Path(dir_okay=False))
-@click.option("--arm", default=None, metavar="NAME", help="Run only this arm of the study.")
+@click.option("--arm", "arms", multiple=True, metavar="NAME",
+              help="Run only this arm of the study (repeatable; the baseline still runs first).")
 @click.option("--base-url", default=None, metavar="URL",
-              help="Measure a server that is already running (with --arm) instead of starting one.")
+              help="Measure a server that is already running (with one --arm) instead of starting one.")
 @click.option("--server-log", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="That server's startup log (with --base-url): parsed for weights, KV tokens, fallbacks.")
 @click.option("--tracking-uri", default=None, metavar="URI",
@@ -17,28 +23,69 @@ import click
                    "Default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db.")
 @click.option("--workdir", default=None, metavar="DIR", type=click.Path(file_okay=False),
               help="Where server logs and eval records are written (default .quantrack-cache/runs/...).")
-def run(study_file: str, arm: str | None, base_url: str | None, server_log: str | None,
-        tracking_uri: str | None, workdir: str | None) -> None:
+@click.option("--prices", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+              help="GPU prices (TOML, [[price]] tables) for the table's derived cost column "
+                   "(default: the shipped rules/prices.toml).")
+@click.option("--ray", "ray_address", default=None, is_flag=False, flag_value="auto", metavar="[auto|ADDRESS]",
+              help="Run the study's (GPU x arm) jobs on a Ray cluster: `--ray` / `--ray auto` (the running "
+                   "cluster) or an address (ray://host:10001).")
+@click.option("--format", "fmt", type=click.Choice(["table", "tsv"]), default="table", show_default=True,
+              help="stdout: the compare table, then one `arm<TAB>status<TAB>run_id` line per arm (table); "
+                   "only those lines (tsv).")
+def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log: str | None,
+        tracking_uri: str | None, workdir: str | None, prices: str | None, ray_address: str | None,
+        fmt: str) -> None:
     """Run a study: one nested MLflow run per arm under a parent run for the study.
 
-    Progress goes to stderr; a summary line per arm to stdout. An arm that fails is logged
-    with status FAILED and everything it measured; a rejected arm is logged as rejected (KILLED).
-    The engine API key, if any, is read from $QUANTRACK_API_KEY and never logged.
-    Exit code 1 when any arm failed.
+    Progress goes to stderr; the compare table of this study's runs and a line per arm to stdout.
+    An arm that fails is logged with status FAILED and everything it measured; a rejected arm is
+    logged as rejected (KILLED). The engine API key, if any, is read from $QUANTRACK_API_KEY and
+    never logged. Exit code 0 when every arm finished, 1 when any arm failed, 3 when an arm was
+    rejected by preflight and none failed.
     """
     from pathlib import Path
 
-    from quantrack.runner import RunOptions, run_study
+    from quantrack.errors import BadInput
     from quantrack.study import load_study
 
+    def progress(m: str) -> None:
+        click.echo(f"quantrack: {m}", err=True)
+
     study = load_study(study_file)
-    opts = RunOptions(arm=arm, base_url=base_url, server_log=server_log, tracking_uri=tracking_uri,
-                      workdir=Path(workdir) if workdir else None)
-    result = run_study(study, opts, progress=lambda m: click.echo(f"quantrack: {m}", err=True))
+    if ray_address is not None:
+        if arms or base_url or server_log:
+            raise BadInput("--ray runs every (GPU x arm) job of the study: it does not take --arm, --base-url "
+                           "or --server-log")
+        if prices:
+            raise BadInput("--prices prices the closing table of a local run; after --ray, run "
+                           f"`quantrack compare --experiment {study.tracking.experiment or study.name} --prices {prices}`")
+        from quantrack.fleet.ray_runner import run_study_on_ray, summary_lines
+
+        fr = run_study_on_ray(study, ray_address, tracking_uri, progress=progress)
+        for line in summary_lines(fr):
+            click.echo(line)
+        if fr.failed:
+            click.echo(f"quantrack: {len(fr.failed)} job(s) did not finish: {', '.join(fr.failed)}", err=True)
+            raise SystemExit(EXIT_FAILED)
+        return
+
+    from quantrack.runner import STATUS_REJECTED, RunOptions, run_study
+
+    opts = RunOptions(arm=arms or None, base_url=base_url, server_log=server_log, tracking_uri=tracking_uri,
+                      workdir=Path(workdir) if workdir else None, prices=prices)
+    result = run_study(study, opts, progress=progress)
+    if fmt == "table" and result.table:
+        click.echo(result.table.rstrip("\n"))
+        click.echo("")
     for o in result.outcomes:
         where = result.logged[o.arm.name]
         dest = where.run_id or f"spooled ({where.spooled})"
         extra = f": {o.error}" if o.error else ""
         click.echo(f"{o.arm.name}\t{o.status}\t{dest}{extra}")
+    rejected = [o.arm.name for o in result.outcomes if o.status == STATUS_REJECTED and o.verdict == "reject"]
     if result.failed:
-        raise SystemExit(1)
+        click.echo(f"quantrack: {len(result.failed)} arm(s) failed: {', '.join(result.failed)}", err=True)
+        raise SystemExit(EXIT_FAILED)
+    if rejected:
+        click.echo(f"quantrack: {len(rejected)} arm(s) rejected by preflight: {', '.join(rejected)}", err=True)
+        raise SystemExit(EXIT_REJECTED)

@@ -2,10 +2,16 @@
 
 Per node (one tracked run, or one raw startup log): GPU and compute capability, MIG, engine version,
 requested quantization, the effective kernel the log names, fallback yes/no with the evidence line,
-capacity deviation from the prediction, and batch-1 TPOT against the median of the nodes with the same
-GPU and arm. Fallbacks are what the engine adapters' log parsers report (``LogReport.fallbacks``), e.g.
+capacity deviation from the prediction, and batch-1 TPOT against the median of the FINISHED runs with the
+same GPU, engine and arm (a FAILED or rejected run is shown with its status and kept out of the medians).
+Fallbacks are what the engine adapters' log parsers report (``LogReport.fallbacks``), e.g.
 vLLM/SGLang's "Your GPU does not have native support for FP8 computation ... Marlin kernel" warning
 (engine-facts.md §2.1). ``quantrack audit`` exits 4 when any node fell back.
+
+Node facts: when the store has the ``quantrack-node-facts`` experiment (``quantrack probe --track``), each
+node's newest FP8 probe verdict (native | none) is shown beside its runs, and a node whose probe found no
+native FP8 while an arm there requested FP8 W8A8 gets a warning line: evidence to look at, not a fallback
+(the exit code stays that of the logs).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,11 @@ from quantrack.tracking import RunRow
 FORMATS = ("table", "json")
 EXIT_FALLBACK = 4
 NA = "n/a"
+NO_PROBE = "—"
+FINISHED = "FINISHED"
+# --quantization values that ask the engine for FP8 weights *and* activations (W8A8); on a GPU without
+# native FP8 the engines fall back to weight-only FP8 (Marlin), engine-facts.md §2.1
+FP8_W8A8_QUANT = ("fp8", "fp8_w8a8", "w8a8_fp8", "fbgemm_fp8")
 
 
 @dataclass
@@ -42,8 +53,12 @@ class AuditRow:
     evidence: str | None  # "file:line: text" of the first fallback line
     capacity_error_pct: float | None  # derived: (reported - predicted) / predicted
     tpot_ms: float | None  # measured, batch-1 median
-    tpot_vs_median_pct: float | None = None  # derived: against the median of same GPU + arm
-    group_size: int | None = None  # nodes in that GPU + arm group
+    tpot_vs_median_pct: float | None = None  # derived: against the median of same GPU + engine + arm
+    group_size: int | None = None  # FINISHED runs in that GPU + engine + arm group
+    status: str | None = None  # the run's status (FINISHED | FAILED | KILLED | rejected); None for a raw log
+    weights: str | None = None  # requested weight format
+    fp8_probe: str | None = None  # the node's newest FP8 probe verdict (native | none), None: no probe
+    fp8_probe_run: str | None = None  # that probe's run id
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +67,8 @@ class AuditRow:
 @dataclass
 class AuditReport:
     rows: list[AuditRow]
+    warnings: list[str] = field(default_factory=list)
+    probes: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> newest FP8 probe
 
     @property
     def fell_back(self) -> list[AuditRow]:
@@ -74,9 +91,52 @@ def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
             quantization=p.get("quantization"), effective_kernel=t.get("quantrack.effective_kernel"),
             fallback=None if fb is None else fb == "yes", fallback_kinds=t.get("quantrack.fallback_kinds"),
             evidence=t.get("quantrack.fallback_evidence"), capacity_error_pct=m.get("capacity_error_pct"),
-            tpot_ms=m.get("tpot_ms_p50"),
+            tpot_ms=m.get("tpot_ms_p50"), status=_run_status(r), weights=p.get("weights"),
         ))
     return out
+
+
+def _run_status(r: RunRow) -> str:
+    return "rejected" if r.tags.get("quantrack.verdict") == "reject" else r.status
+
+
+def probes_by_node(facts: Iterable[RunRow]) -> dict[str, dict[str, str | None]]:
+    """The newest FP8 probe run per node (``quantrack probe --track``: quantrack.fact=probe, tag
+    probe.verdict, param node_hostname)."""
+    newest: dict[str, RunRow] = {}
+    for r in facts:
+        host = r.params.get("node_hostname")
+        if r.tags.get("quantrack.fact") != "probe" or not host or r.status != FINISHED:
+            continue
+        if host not in newest or r.start_time > newest[host].start_time:
+            newest[host] = r
+    return {h: {"verdict": r.tags.get("probe.verdict"), "run_id": r.run_id, "gpu": r.params.get("gpu_name")}
+            for h, r in newest.items()}
+
+
+def requests_fp8_w8a8(row: AuditRow) -> bool:
+    return (row.quantization or "").lower() in FP8_W8A8_QUANT and (row.weights or "fp8").lower() == "fp8"
+
+
+def apply_probes(rows: list[AuditRow], probes: dict[str, dict[str, str | None]]) -> list[str]:
+    """Set each row's FP8 probe verdict; warn for a node without native FP8 that ran an FP8 W8A8 arm."""
+    warnings = []
+    for r in rows:
+        pr = probes.get(r.node)
+        if pr is None or r.arm is None:  # raw log rows are named by file, not by node
+            continue
+        r.fp8_probe, r.fp8_probe_run = pr.get("verdict"), pr.get("run_id")
+        if r.fp8_probe == "none" and requests_fp8_w8a8(r):
+            fb = "it fell back" if r.fallback else ("no fallback in its log" if r.fallback is False
+                                                      else "no log parsed")
+            warnings.append(f"WARNING {r.node}: FP8 probe (run {r.fp8_probe_run}) found no native FP8 on "
+                            f"{pr.get('gpu') or r.gpu or 'its GPU'}, but arm {r.arm} (run {r.source}) requested "
+                            f"FP8 W8A8 (quantization {r.quantization}); {fb}. Evidence only.")
+        elif r.fp8_probe == "native" and r.fallback:
+            warnings.append(f"NOTE {r.node}: arm {r.arm} (run {r.source}) fell back although the node's FP8 probe "
+                            f"(run {r.fp8_probe_run}) measured native FP8: the kernel choice was forced or "
+                            "software-side (engine flags/env), not the GPU.")
+    return warnings
 
 
 def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
@@ -108,13 +168,14 @@ def log_files(directory: Path) -> list[Path]:
 
 
 def add_tpot_deviation(rows: list[AuditRow]) -> None:
-    """TPOT of each node against the median TPOT of the nodes with the same GPU and arm (derived)."""
+    """TPOT of each node against the median TPOT of the FINISHED runs with the same GPU, engine and arm
+    (derived). A FAILED, rejected or still running run is neither measured against nor part of a median."""
     from quantrack.measure.stats import median
 
-    groups: dict[tuple[str | None, str | None], list[AuditRow]] = defaultdict(list)
+    groups: dict[tuple[str | None, str | None, str | None], list[AuditRow]] = defaultdict(list)
     for r in rows:
-        if r.tpot_ms is not None:
-            groups[(r.gpu, r.arm)].append(r)
+        if r.tpot_ms is not None and r.status in (None, FINISHED):
+            groups[(r.gpu, r.engine, r.arm)].append(r)
     for members in groups.values():
         med = median([r.tpot_ms for r in members if r.tpot_ms is not None])
         for r in members:
@@ -123,12 +184,26 @@ def add_tpot_deviation(rows: list[AuditRow]) -> None:
                 r.tpot_vs_median_pct = (r.tpot_ms - med) / med * 100.0
 
 
-def build_audit(runs: Iterable[RunRow] = (), log_dirs: Iterable[Path] = ()) -> AuditReport:
+def build_audit(runs: Iterable[RunRow] = (), log_dirs: Iterable[Path] = (),
+                node_facts: Iterable[RunRow] = ()) -> AuditReport:
     rows = rows_from_runs(runs)
     for d in log_dirs:
         rows += rows_from_logs(log_files(d))
     add_tpot_deviation(rows)
-    return AuditReport(rows=rows)
+    probes = probes_by_node(node_facts)
+    warnings = apply_probes(rows, probes)
+    return AuditReport(rows=rows, warnings=warnings, probes=probes)
+
+
+def load_node_facts(uri: str | None) -> list[RunRow]:
+    """The node-fact runs of the store, or none when it has no such experiment."""
+    from quantrack.errors import NotFound
+    from quantrack.tracking import NODE_FACTS_EXPERIMENT, load_runs
+
+    try:
+        return load_runs(NODE_FACTS_EXPERIMENT, uri, role="node-fact")
+    except NotFound:
+        return []
 
 
 def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (), uri: str | None = None) -> AuditReport:
@@ -137,12 +212,14 @@ def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (), 
     if not exps and not dirs:
         raise BadInput("nothing to audit: pass --experiment NAME and/or --logs DIR")
     runs: list[RunRow] = []
+    facts: list[RunRow] = []
     if exps:
         from quantrack.tracking import load_runs
 
         for e in exps:
             runs += load_runs(e, uri)
-    return build_audit(runs, dirs)
+        facts = load_node_facts(uri)
+    return build_audit(runs, dirs, facts)
 
 
 def _cell(v: Any) -> str:
@@ -163,31 +240,43 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     if fmt == "json":
         return json.dumps({"nodes": [r.to_dict() for r in report.rows],
                            "fell_back": [r.node for r in report.fell_back],
+                           "warnings": report.warnings, "fp8_probes": report.probes,
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
-                                      "tpot_vs_median_pct": "derived", "fallback": "measured (engine log)"}},
+                                      "tpot_vs_median_pct": "derived (FINISHED runs, same GPU + engine + arm)",
+                                      "fallback": "measured (engine log)",
+                                      "fp8_probe": "measured (quantrack probe --track)"}},
                           indent=2) + "\n"
     from tabulate import tabulate  # type: ignore[import-untyped]
 
     headers = ["Node", "Arm", "GPU", "CC", "MIG", "Engine", "Quant.", "Effective kernel", "Fallback",
-               "Cap. error", "TPOT", "TPOT vs median"]
+               "FP8 probe", "Cap. error", "TPOT", "TPOT vs median", "Status"]
     body = []
     for r in report.rows:
         fb = _cell(r.fallback)
         if r.fallback and r.fallback_kinds:
             fb = f"YES ({r.fallback_kinds})"
         eng = f"{r.engine or NA} {r.engine_version or ''}".strip()
+        if r.status not in (None, FINISHED):
+            vs = f"excluded ({r.status})"
+        else:
+            vs = _pct(r.tpot_vs_median_pct) + (f" (of {r.group_size})" if r.group_size else "")
         body.append([r.node, _cell(r.arm), _cell(r.gpu), _cell(r.compute_capability), _cell(r.mig), eng,
-                     _cell(r.quantization), _cell(r.effective_kernel), fb, _pct(r.capacity_error_pct),
-                     NA if r.tpot_ms is None else f"{r.tpot_ms:.2f} ms",
-                     _pct(r.tpot_vs_median_pct) + (f" (of {r.group_size})" if r.group_size else "")])
+                     _cell(r.quantization), _cell(r.effective_kernel), fb, r.fp8_probe or NO_PROBE,
+                     _pct(r.capacity_error_pct), NA if r.tpot_ms is None else f"{r.tpot_ms:.2f} ms", vs,
+                     "log" if r.status is None else r.status])
     text = tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
     lines = [text, ""]
     for r in report.fell_back:
         lines.append(f"FALLBACK {r.node}: {r.evidence or 'no evidence line recorded'}")
+    lines.extend(report.warnings)
+    not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED))
     lines.append(f"{len(report.fell_back)} of {len(report.rows)} node(s) fell back"
                  + (" (exit 4)" if report.fell_back else "")
-                 + ". Cap. error and TPOT vs median are derived; TPOT and fallback are measured.")
+                 + (f"; {not_finished} run(s) not FINISHED, kept out of the medians" if not_finished else "")
+                 + ". Cap. error and TPOT vs median (same GPU + engine + arm) are derived; TPOT, fallback and "
+                   "FP8 probe are measured (— = no probe of that node).")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["EXIT_FALLBACK", "AuditReport", "AuditRow", "audit", "build_audit", "render"]
+__all__ = ["EXIT_FALLBACK", "AuditReport", "AuditRow", "apply_probes", "audit", "build_audit", "load_node_facts",
+           "probes_by_node", "render"]
