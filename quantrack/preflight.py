@@ -2,7 +2,11 @@
 
 Owns the one library call behind ``quantrack preflight`` (``run_preflight``) and the request it
 takes (``PreflightRequest``, built from flags or from a study file by ``request_from_study``).
-Nothing is measured here: verdicts come from rules, capacity is arithmetic (labelled derived).
+Nothing is measured here: verdicts come from rules, capacity is arithmetic (labelled derived),
+GPU facts come from NVML (``--gpu auto``) or the catalog. For a study file the launch command is
+built by ``engines.lifecycle.launch_spec_for_study``, the helper ``run`` serves with (binary, args,
+env, slots, model), so preflight prints what ``run`` will start; model references (``smollm2:Q8_0``)
+show their cached file, or the reference "(provisioned on first run)": preflight never downloads.
 Optional pieces (capacity model, engine adapters) are imported lazily; when one is missing the
 column is left out with a note, never guessed.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from quantrack.arms import Arm
@@ -48,6 +53,8 @@ class PreflightRequest:
     tp: int = 1
     eval_questions: int | None = None  # accuracy sample size, if the study runs one
     study_name: str | None = None
+    study: Any = None  # the loaded Study (flags applied, model refs peeked): the launch line comes from it
+    unprovisioned: tuple[str, ...] = ()  # model references not in the cache yet (run provisions them)
 
     def validate(self) -> None:
         if self.engine not in ENGINES:
@@ -77,8 +84,10 @@ class ArmResult:
     flags: dict[str, str] = field(default_factory=dict)
     capacity: dict[str, Any] | None = None
     capacity_note: str | None = None
-    launch: list[str] | None = None
+    launch: list[str] | None = None  # secrets redacted
     launch_note: str | None = None
+    launch_env: dict[str, str] = field(default_factory=dict)  # the engine's extra environment, secrets redacted
+    model_ref: str | None = None  # a model reference not provisioned yet (it stands in the launch line)
 
     @property
     def launch_display(self) -> str | None:
@@ -90,6 +99,7 @@ class ArmResult:
             "reasons": [v.to_dict() for v in self.reasons], "engine_flags": self.flags,
             "capacity": self.capacity, "capacity_note": self.capacity_note,
             "launch": self.launch, "launch_display": self.launch_display, "launch_note": self.launch_note,
+            "launch_env": self.launch_env, "model_ref": self.model_ref,
         }
 
 
@@ -102,6 +112,7 @@ class PreflightReport:
     results: list[ArmResult]
     study: list[Verdict]
     notes: list[str] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # per device: NVML facts (measured) or catalog
 
     @property
     def verdict(self) -> str:
@@ -117,8 +128,10 @@ class PreflightReport:
         return {
             "engine": self.engine, "engine_version": self.engine_version, "engine_version_assumed": self.version_assumed,
             "cuda": self.cuda, "verdict": self.verdict, "exit_code": self.exit_code(strict),
-            "results": [r.to_dict() for r in self.results], "study": [v.to_dict() for v in self.study],
-            "notes": self.notes, "basis": {"verdicts": "rules (rules/rules-*.toml)", "capacity": "derived"},
+            "gpus": self.gpus, "results": [r.to_dict() for r in self.results],
+            "study": [v.to_dict() for v in self.study], "notes": self.notes,
+            "basis": {"verdicts": "rules (rules/rules-*.toml)", "capacity": "derived",
+                      "gpus": "NVML (read on this node) or the GPU catalog, per entry's source"},
         }
 
 
@@ -135,6 +148,20 @@ def resolve_gpus(name: str) -> list[Any]:
             raise EnvironmentMissing(NO_DRIVER)
         return list(found)
     return [get_gpu(name)]
+
+
+def gpu_facts(gpu: Any, mig: bool | None = None) -> dict[str, Any]:
+    """What preflight knows about one device: NVML's readings (``--gpu auto``) or the catalog entry."""
+    if isinstance(gpu, GPU):
+        cc = gpu.compute_capability
+        return {"name": gpu.name, "source": "catalog", "catalog": gpu.name,
+                "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None, "memory_gib": gpu.memory_gib,
+                "memory_mib": gpu.nvml_total_mib, "driver_version": None, "cuda_driver_version": None, "mig": mig}
+    cc = gpu.compute_capability
+    return {"index": gpu.index, "name": gpu.name, "source": "NVML", "catalog": gpu.gpu.name,
+            "in_catalog": gpu.in_catalog, "compute_capability": f"{cc[0]}.{cc[1]}",
+            "memory_mib": int(gpu.memory_bytes // 2**20), "memory_gib": round(gpu.memory_bytes / 2**30, 2),
+            "driver_version": gpu.driver_version, "cuda_driver_version": gpu.cuda_driver_version, "mig": gpu.mig}
 
 
 def _catalog_gpu(gpu: Any) -> GPU:
@@ -161,22 +188,42 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
     return {k: pred[k] for k in keep if k in pred}, None
 
 
-def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, str | None]:
-    try:
-        from quantrack.engines import get_adapter  # type: ignore[attr-defined]
-        from quantrack.engines.base import LaunchSpec
-    except ImportError:
-        return None, "launch command: engine adapters (quantrack.engines.get_adapter) not available yet"
+def _launch_spec(req: PreflightRequest, arm: Arm, adapter: Any) -> Any:
+    """The LaunchSpec: a study's comes from the helper ``run`` serves with; flags build a plain one."""
+    from quantrack.engines.base import LaunchSpec
+
+    if req.study is not None:
+        from quantrack.engines.lifecycle import launch_spec_for_study
+
+        return launch_spec_for_study(req.study, arm, port=req.study.engine.port or adapter.default_port)
     model = arm.model or req.model_path or (req.model.hf_id if req.model else None) or (req.model.name if req.model else None)
     if not model:
-        return None, "launch command: no model to serve (--model NAME, --config, --gguf or a study [model] path)"
+        raise BadInput("no model to serve (--model NAME, --config, --gguf or a study [model] path)")
+    return LaunchSpec(model=model, arm=arm, context_len=req.context_len, util=req.util, tp=req.tp,
+                      port=adapter.default_port)
+
+
+def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, dict[str, str], str | None]:
+    """(argv, env, note): the command that serves this arm, secrets redacted."""
+    try:
+        from quantrack.engines import get_adapter
+    except ImportError:
+        return None, {}, "launch command: engine adapters (quantrack.engines.get_adapter) not available yet"
+    from quantrack.redact import redact_argv, redact_env, secret_values
+
     try:
         adapter = get_adapter(req.engine)
-        argv = adapter.launch_argv(LaunchSpec(model=model, arm=arm, context_len=req.context_len, util=req.util,
-                                              tp=req.tp))
+        spec = _launch_spec(req, arm, adapter)
+        argv, env = list(adapter.launch_argv(spec)), dict(adapter.launch_env(spec))
     except QuantrackError as exc:
-        return None, f"launch command not built: {exc}"
-    return list(argv), None
+        return None, {}, f"launch command not built: {exc}"
+    return redact_argv(argv, secret_values(env)), redact_env(env), None
+
+
+def _arm_model_ref(req: PreflightRequest, arm: Arm) -> str | None:
+    """The unprovisioned model reference this arm serves, if any."""
+    served = arm.model or (req.study.model.path or req.study.model.gguf if req.study is not None else None)
+    return served if served in req.unprovisioned else None
 
 
 def run_preflight(req: PreflightRequest) -> PreflightReport:
@@ -186,12 +233,21 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
     assumed = req.engine_version is None
     version = req.engine_version or str(table["assumed_version"])
     ctx = StudyContext(arms=tuple(req.arms), eval_questions=req.eval_questions,
-                       model_params=req.model.params if req.model else None, tp=req.tp)
+                       model_params=req.model.params if req.model else None, tp=req.tp,
+                       engine_env=tuple(req.study.engine.env) if req.study is not None else ())
     notes: list[str] = []
     if assumed and req.engine != "llamacpp":
         notes.append(f"--engine-version not given: rules assume {req.engine} {version}, the version the facts were read from")
     if req.cuda is None and req.engine == "vllm":
         notes.append("--cuda not given: gates on the CUDA the engine was built with are reported as unchecked")
+    if req.study is not None and not req.study.engine.port:
+        from quantrack.engines import get_adapter
+
+        notes.append(f"[engine] port = 0: run picks a free port at start; launch lines show {req.engine}'s "
+                     f"default port {get_adapter(req.engine).default_port}")
+    for ref in req.unprovisioned:
+        notes.append(f"model {ref} is not in the cache yet: run provisions it on first use (preflight "
+                     "never downloads)")
     results: list[ArmResult] = []
     for gpu in req.gpus:
         facts = facts_of(gpu)
@@ -207,18 +263,84 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
             except QuantrackError:
                 flags = {}  # the rule verdicts already say why
             cap, cap_note = _capacity(req, _catalog_gpu(gpu), arm)
-            launch, launch_note = (None, "not runnable: no launch command") if verdict == "reject" else _launch(req, arm)
+            launch: list[str] | None = None
+            env: dict[str, str] = {}
+            if verdict == "reject":
+                launch_note: str | None = "not runnable: no launch command"
+            else:
+                launch, env, launch_note = _launch(req, arm)
             results.append(ArmResult(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
-                                     capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note))
+                                     capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note,
+                                     launch_env=env, model_ref=_arm_model_ref(req, arm) if launch else None))
     return PreflightReport(engine=req.engine, engine_version=version, version_assumed=assumed, cuda=req.cuda,
-                           results=results, study=evaluate_study(ctx), notes=list(dict.fromkeys(notes)))
+                           results=results, study=evaluate_study(ctx), notes=list(dict.fromkeys(notes)),
+                           gpus=[gpu_facts(g, req.mig) for g in req.gpus])
+
+
+def cached_model_ref(ref: str) -> Path | None:
+    """The local file of a model reference if it is provisioned already, else None; never downloads.
+
+    An unknown reference raises models_ref's own BadInput (its checks run before any download)."""
+    from quantrack import models_ref
+
+    parsed = models_ref.parse_ref(ref)
+    if parsed is None:
+        return None
+    name, qtype = parsed
+    if name not in models_ref.KNOWN or qtype not in models_ref.KNOWN[name]:
+        models_ref.resolve(ref)  # raises the one-line BadInput `run` would give
+        return None
+    if name != "smollm2":
+        return None
+    from quantrack import gguf_models as gm
+
+    # the file names models_ref._smollm2 writes (a fresher checkpoint than the requantized file means stale)
+    cache = gm.default_cache_dir()
+    src = cache / gm.SMOLLM2_FILE
+    dst = src if qtype == "Q4_1" else cache / f"{gm.SMOLLM2_FILE.removesuffix('.Q4_1.gguf')}.{qtype}.gguf"
+    if not (src.is_file() and dst.is_file()) or dst.stat().st_mtime < src.stat().st_mtime:
+        return None
+    return dst
+
+
+def peek_model_refs(study: Any) -> tuple[Any, tuple[str, ...]]:
+    """The study with every *provisioned* model reference replaced by its cached file, and the
+    references that are not provisioned yet (left as they are: ``run`` provisions them)."""
+    from quantrack.models_ref import is_ref
+
+    missing: list[str] = []
+
+    def local(value: str | None) -> str | None:
+        if not is_ref(value):
+            return value
+        assert value is not None
+        path = cached_model_ref(value)
+        if path is None:
+            missing.append(value)
+            return value
+        return str(path)
+
+    arms = tuple(replace(a, model=local(a.model)) for a in study.arms)
+    model = replace(study.model, path=local(study.model.path), gguf=local(study.model.gguf))
+    return replace(study, arms=arms, model=model), tuple(dict.fromkeys(missing))
+
+
+def _apply_overrides(study: Any, o: dict[str, Any]) -> Any:
+    """Flags given next to --study change the study itself, so capacity and launch line agree."""
+    engine = replace(study.engine, **{k: v for k, v in (("kind", o.get("engine")),
+                                                         ("version", o.get("engine_version"))) if v is not None})
+    gpu = replace(study.gpu, **{k: v for k, v in (("cuda", o.get("cuda")), ("util", o.get("util")),
+                                                  ("count", o.get("tp"))) if v is not None})
+    model = replace(study.model, path=o["model_path"]) if o.get("model_path") else study.model
+    ctx = o.get("context_len") or study.context_len
+    return replace(study, engine=engine, gpu=gpu, model=model, context_len=ctx)
 
 
 def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     """A request from a study file; non-None ``overrides`` (from flags) win over the file."""
     from quantrack.study import load_study
 
-    study = load_study(path)
+    study, unprovisioned = peek_model_refs(_apply_overrides(load_study(path), overrides))
     model = None
     if study.model.name:
         from quantrack.catalog import get_model
@@ -228,7 +350,7 @@ def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
         from quantrack.hfconfig import load_hf_config
 
         model = load_hf_config(study.model.config)
-    elif study.model.gguf:
+    elif study.model.gguf and study.model.gguf not in unprovisioned:
         from quantrack.ggufmeta import load_gguf
 
         model = load_gguf(study.model.gguf)
@@ -239,8 +361,9 @@ def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
         "model_path": study.model.path or study.model.gguf, "util": study.gpu.util,
         "context_len": study.context_len, "tp": study.gpu.count,
         "eval_questions": study.eval.num_questions if study.eval.task else None, "study_name": study.name,
+        "study": study, "unprovisioned": unprovisioned,
     }
-    fields.update({k: v for k, v in overrides.items() if v is not None})
+    fields.update({k: v for k, v in overrides.items() if v is not None and k in ("mig", "model")})
     return PreflightRequest(**fields)
 
 

@@ -4,7 +4,9 @@ Owns loading and validating rule files, the per-engine spellings in ``rules/meth
 (``engine_flags``), and the pure ``evaluate(gpu, arm, engine, ...) -> list[Verdict]``.
 Nothing here touches a GPU or the network: NVML facts arrive as a ``NodeFacts`` value.
 
-A rule matches when every key of its ``match`` table holds. A key whose fact is unknown
+A rule matches when every key of its ``match`` table holds. ``match.env`` looks at the environment the
+engine gets for the arm (``{VLLM_TEST_FORCE_FP8_MARLIN = true}``: set to 1/true, the values vLLM and SGLang
+read as true; ``false``: not so set; a string: exactly that value). A key whose fact is unknown
 (e.g. ``cuda_max`` without ``--cuda``) makes the rule *unchecked*: reported, never silently
 passed, and it does not change the exit code.
 """
@@ -50,7 +52,11 @@ MATCH_KEYS: dict[str, str] = {
     "weights_share_max": "float",  # bf16 weights / GPU memory (per TP rank), derived
     "conflated": "bool",  # FP8 weights + FP8 KV in one arm, and no arm isolates either
     "eval_questions_max": "int",  # accuracy sample size (study-level)
+    # the engine's environment for this arm (study [engine] env + the arm's env): {NAME = true|false|"value"}
+    "env": "env",
 }
+# How vLLM (envs.py: value.strip().lower() in ("1", "true")) and SGLang (get_bool_env_var) read a boolean variable.
+_ENV_TRUE = ("1", "true")
 STUDY_KEYS = frozenset({"eval_questions_max"})
 RULE_KEYS = frozenset({"id", "verdict", "message", "fix", "source", "match", "check", "log_lines", "notes"})
 CHECKS = ("method-name", "method-min-capability", "kv-dtype")
@@ -118,6 +124,7 @@ class StudyContext:
     eval_questions: int | None = None  # None = no accuracy run
     model_params: float | None = None
     tp: int = 1
+    engine_env: tuple[tuple[str, str], ...] = ()  # the study's [engine] env; an arm's own env wins over it
 
 
 # ---------------------------------------------------------------- versions and facts
@@ -278,6 +285,10 @@ def _validate_match(match: dict[str, Any], where: str) -> list[str]:
         elif kind == "bool":
             if not isinstance(v, bool):
                 problems.append(f"{where}: match.{k} must be true or false, got {v!r}")
+        elif kind == "env":
+            if not isinstance(v, dict) or not v or not all(
+                    isinstance(n, str) and n and isinstance(x, (bool, str)) for n, x in v.items()):
+                problems.append(f"{where}: match.{k} must be a table of NAME = true | false | \"value\", got {v!r}")
         elif kind == "version" and (not isinstance(v, str) or not _VERSION_RE.match(v)):
                 problems.append(f"{where}: match.{k} must be a version string like \"12.4\", got {v!r}")
     for lo, hi in _RANGES:
@@ -462,7 +473,10 @@ def _match(rule: Rule, f: dict[str, Any]) -> tuple[bool | None, list[str]]:
                 missing.append(_FACT_FLAGS[key])
                 continue
             return False, []
-        if kind == "list":
+        if kind == "env":
+            if not all(_env_holds(have, name, w) for name, w in want.items()):
+                return False, []
+        elif kind == "list":
             wanted = [w.lower() for w in _as_list(want)]
             if key == "weights" and "gguf" in wanted:
                 wanted += GGUF_TYPES
@@ -482,6 +496,13 @@ def _match(rule: Rule, f: dict[str, Any]) -> tuple[bool | None, list[str]]:
     return (None if missing else True), sorted(set(missing))
 
 
+def _env_holds(env: dict[str, str], name: str, want: bool | str) -> bool:
+    value = env.get(name)
+    if isinstance(want, bool):
+        return (value is not None and value.strip().lower() in _ENV_TRUE) == want
+    return value == want
+
+
 def _facts(node: NodeFacts, arm: Arm, engine: str, engine_version: tuple[int, ...] | None,
            cuda: tuple[int, ...] | None, mig: bool | None, ctx: StudyContext | None) -> dict[str, Any]:
     arms = ctx.arms if ctx and ctx.arms else (arm,)
@@ -496,6 +517,7 @@ def _facts(node: NodeFacts, arm: Arm, engine: str, engine_version: tuple[int, ..
         "flash_attn": _flash_attn(arm), "kv_scales": "--quantization-param-path" in arm.engine_args,
         "arm_model": bool(arm.model), "quantized": _is_quantized(arm), "weights_share": share,
         "conflated": _conflated(arm, arms),
+        "env": {**dict(ctx.engine_env if ctx else ()), **arm.env_dict},  # as the adapter's launch_env merges
     }
 
 

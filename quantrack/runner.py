@@ -155,7 +155,8 @@ def step_preflight(study: Study, arm: Arm, node: dict[str, Any]) -> tuple[str, l
 
     gpu = _gpu_for(study, node)
     verdicts = rulebook.evaluate(gpu, arm, study.engine.kind, study.engine.version, cuda=study.gpu.cuda,
-                                 mig=node.get("mig"), study_context=rulebook.StudyContext(arms=study.arms))
+                                 mig=node.get("mig"),
+                                 study_context=rulebook.StudyContext(arms=study.arms, engine_env=study.engine.env))
     return rulebook.overall(verdicts), verdicts
 
 

@@ -83,6 +83,15 @@ def build_request(opts: dict[str, Any]) -> Any:
                             model=model, model_path=model_path, **{**common, "tp": opts["tp"] or 1})
 
 
+def gpu_line(g: dict[str, Any]) -> str:
+    """One NVML device as read on this node (measured facts, not the catalog's)."""
+    mig = {True: "enabled", False: "disabled", None: "not supported"}[g.get("mig")]
+    catalog = g["catalog"] if g.get("in_catalog") else f"{g['catalog']} (not in the catalog)"
+    return (f"gpu {g['index']} (NVML): {g['name']} -> {catalog}; compute capability {g['compute_capability']}; "
+            f"{g['memory_mib']:,} MiB; driver {g['driver_version']}, CUDA driver {g['cuda_driver_version']}; "
+            f"MIG {mig}")
+
+
 def render_report(report: Any, fmt: str, strict: bool) -> str:
     import json
 
@@ -97,6 +106,7 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
     out = [render(rows, "table", title=head, headers={"naive_tokens": "naive tokens*",
                                                       "engine_tokens": "engine tokens*"}),
            "* derived (arithmetic), not measured; '?' = rule not checked (a fact is missing)"]
+    out += [gpu_line(g) for g in report.gpus if g.get("source") == "NVML"]
     for r in report.results:
         out.append(f"\n{r.gpu} / {r.arm}: {r.verdict.upper()}")
         for v in r.reasons:
@@ -116,7 +126,10 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
         if r.flags:
             out.append("  engine flags: " + " ".join(f"{k} {v}" for k, v in r.flags.items()))
         if r.launch_display:
-            out.append(f"  launch: {r.launch_display}")
+            if r.launch_env:
+                out.append("  env: " + " ".join(f"{k}={v}" for k, v in r.launch_env.items()))
+            ref = f"  ({r.model_ref} provisioned on first run)" if r.model_ref else ""
+            out.append(f"  launch: {r.launch_display}{ref}")
         elif r.launch_note:
             out.append(f"  {r.launch_note}")
     for v in report.study:
