@@ -175,3 +175,196 @@ def test_example_study_runs(capsys):
     assert code == 0 and data["engine"] == "vllm"
     assert {r["arm"] for r in data["results"]} == {"bf16", "fp8", "fp8-kv", "kv-fp8"}
     assert all(r["verdict"] != "reject" for r in data["results"])
+
+
+# --- the launch line is run's command ---------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_study_launch_has_the_studys_binary_args_and_env(capsys):
+    code, data = run_json(capsys, "--study", str(EXAMPLES / "gpu" / "h200-vllm.toml"), "--gpu", "H200")
+    assert code == 0
+    fp8 = result(data, "fp8")
+    assert fp8["launch"] == ["/root/bin/vllm", "serve", "/root/llama8b-rand", "--host", "127.0.0.1", "--port", "8000",
+                             "--quantization", "fp8", "--gpu-memory-utilization", "0.92", "--max-model-len", "8192",
+                             "--attention-backend", "FLASH_ATTN"]
+    assert fp8["launch_env"] == {"PYTHONPATH": "/root/vs/vsite", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    marlin = result(data, "fp8-marlin")
+    assert marlin["launch_env"]["VLLM_TEST_FORCE_FP8_MARLIN"] == "1"
+    assert any("port = 0: run picks a free port" in n for n in data["notes"])
+
+
+def test_forced_marlin_arm_is_not_native_fp8(capsys):
+    _, data = run_json(capsys, "--study", str(EXAMPLES / "gpu" / "h200-vllm.toml"), "--gpu", "H200")
+    rules = {x["rule"]: x["verdict"] for x in result(data, "fp8-marlin")["reasons"]}
+    assert rules == {"vllm-fp8-marlin-forced": "warn"}  # and no "native FP8 compute" allow
+    assert result(data, "fp8")["reasons"][0]["rule"] == "cutlass-fp8-sm90-ok"
+    # SGLang's switch is set the same way in its example
+    _, data = run_json(capsys, "--study", str(EXAMPLES / "gpu" / "h200-sglang.toml"), "--gpu", "H200")
+    assert [x["rule"] for x in result(data, "fp8-marlin")["reasons"]] == ["sglang-fp8-marlin-forced"]
+    assert result(data, "fp8")["verdict"] == "allow"
+
+
+def test_env_rule_sees_the_study_engine_env_and_false_values(capsys, tmp_path):
+    text = (EXAMPLES / "gpu" / "h200-vllm.toml").read_text()
+    # the switch in [engine] env (every arm) instead of one arm's env; "true" counts as vLLM reads it
+    text = text.replace('VLLM_USE_FLASHINFER_SAMPLER = "0" }', 'VLLM_TEST_FORCE_FP8_MARLIN = "True" }')
+    path = tmp_path / "all-marlin.toml"
+    path.write_text(text)
+    _, data = run_json(capsys, "--study", str(path), "--gpu", "H200")
+    for arm in ("fp8", "fp8-kv", "fp8-marlin"):
+        assert "vllm-fp8-marlin-forced" in [x["rule"] for x in result(data, arm)["reasons"]], arm
+    assert result(data, "bf16")["reasons"] == []  # bf16 weights: the switch does nothing
+    path.write_text(text.replace('VLLM_TEST_FORCE_FP8_MARLIN = "True" }', 'VLLM_TEST_FORCE_FP8_MARLIN = "0" }'))
+    _, data = run_json(capsys, "--study", str(path), "--gpu", "H200")
+    assert [x["rule"] for x in result(data, "fp8")["reasons"]] == ["cutlass-fp8-sm90-ok"]
+
+
+def test_bad_env_match_is_reported_by_rules_check(tmp_path):
+    from quantrack.rulebook import check_rules
+
+    (tmp_path / "rules-x.toml").write_text(
+        '[[rule]]\nid = "x"\nverdict = "warn"\nmessage = "m"\nsource = "s"\n[rule.match]\nenv = "VLLM_X"\n')
+    assert check_rules(tmp_path) == [("rules-x.toml: rule 'x': match.env must be a table of NAME = true | false | "
+                                      "\"value\", got 'VLLM_X'")]
+
+
+def test_preflight_prints_the_argv_run_starts(tmp_path, monkeypatch):
+    """run's step_serve and preflight build every arm's argv and env through one helper: equal, port included."""
+    from quantrack import runner
+    from quantrack.engines import lifecycle
+    from quantrack.preflight import request_from_study, run_preflight
+    from quantrack.study import load_study
+
+    text = (EXAMPLES / "gpu" / "h200-vllm.toml").read_text().replace("ready_timeout_s = 600",
+                                                                       "port = 8123\nready_timeout_s = 600")
+    path = tmp_path / "study.toml"
+    path.write_text(text)
+    report = run_preflight(request_from_study(str(path), gpu="H200"))
+
+    class Started:  # stands in for the engine: step_serve only needs a context manager with a URL
+        base_url, pid = "http://127.0.0.1:8123", 1
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(lifecycle.ManagedServer, "for_spec", classmethod(lambda cls, *a, **k: Started()))
+    study = load_study(path)
+    for arm in study.arms:
+        outcome = runner.ArmOutcome(arm=arm)
+        with runner.step_serve(study, arm, outcome, tmp_path, lambda _m: None):
+            pass
+        shown = next(r for r in report.results if r.arm == arm.name)
+        assert shown.launch == outcome.launch_argv, arm.name
+        assert shown.launch_env == outcome.launch_env, arm.name
+
+
+def test_secrets_in_the_launch_are_redacted(capsys, tmp_path):
+    text = (EXAMPLES / "gpu" / "h200-vllm.toml").read_text()
+    text = text.replace('args = ["--attention-backend", "FLASH_ATTN"]',
+                        'args = ["--api-key", "sk-live-0123456789abcdefXYZ"]')
+    text = text.replace('VLLM_USE_FLASHINFER_SAMPLER = "0" }', 'HF_TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123" }')
+    path = tmp_path / "secret.toml"
+    path.write_text(text)
+    code, out, err = run(capsys, "--study", str(path), "--gpu", "H200")
+    assert code == 0 and err == ""
+    assert "sk-live-0123456789abcdefXYZ" not in out and "hf_abcdefghijklmnopqrstuvwxyz0123" not in out
+    assert "--api-key '[REDACTED]'" in out and "HF_TOKEN=[REDACTED]" in out
+
+
+def opt(argv: list[str], flag: str) -> str:
+    """The value after the last ``flag`` (``python -m module ... -m FILE``: the model is the last -m)."""
+    return argv[len(argv) - argv[::-1].index(flag)]
+
+
+def test_cpu_study_launch_uses_slots_and_cached_model_files(capsys, tmp_path, monkeypatch):
+    from quantrack import gguf_models as gm
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("QUANTRACK_CACHE", str(cache))
+    code, data = run_json(capsys, "--study", str(EXAMPLES / "cpu-smollm2.toml"))
+    assert code == 0
+    f16 = result(data, "F16")
+    launch = f16["launch"]
+    assert opt(launch, "-np") == "4"  # the study's parallel, not a default of 1
+    assert opt(launch, "-m") == "smollm2:F16" and f16["model_ref"] == "smollm2:F16"
+    assert "model smollm2:F16 is not in the cache yet: run provisions it on first use (preflight never downloads)" \
+        in data["notes"]
+    assert not cache.exists()  # nothing was fetched
+    # provisioned: the cached file stands in the launch line, as run will serve it
+    cache.mkdir()
+    (cache / gm.SMOLLM2_FILE).write_bytes(b"GGUF")
+    q8 = cache / "SmolLM2-135M-Instruct.Q8_0.gguf"
+    q8.write_bytes(b"GGUF")
+    _, data = run_json(capsys, "--study", str(EXAMPLES / "cpu-smollm2.toml"))
+    r = result(data, "Q8_0")
+    assert opt(r["launch"], "-m") == str(q8) and r["model_ref"] is None
+    assert result(data, "F16")["model_ref"] == "smollm2:F16"  # F16 still missing
+
+
+def test_unknown_model_reference_is_bad_input(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUANTRACK_CACHE", str(tmp_path / "cache"))
+    text = (EXAMPLES / "cpu-smollm2.toml").read_text().replace('model = "smollm2:Q4_0"', 'model = "smollm2:Q5_0"')
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    code, out, err = run(capsys, "--study", str(path))
+    assert code == 2 and out == ""
+    assert err == ("quantrack: error: model reference 'smollm2:Q5_0': no type Q5_0 (did you mean 'Q8_0'?); "
+                   "smollm2 has: F16, Q8_0, Q4_0, Q4_1\n")
+
+
+# --- NVML facts per GPU (fake pynvml: our mapping code, not a GPU) ----------------------------------------
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_h200_pynvml():
+    """What NVML reported on the lent H200 (docs/gpu/h200.md): name, cc 9.0, 143771 MiB, MIG disabled."""
+    import types
+
+    m = types.ModuleType("pynvml")
+    m.NVMLError = FakeNVMLError
+    m.NVML_DEVICE_MIG_ENABLE = 1
+    m.nvmlInit = lambda: None
+    m.nvmlShutdown = lambda: None
+    m.nvmlSystemGetDriverVersion = lambda: "580.159.04"
+    m.nvmlSystemGetCudaDriverVersion_v2 = lambda: 13000
+    m.nvmlDeviceGetCount = lambda: 1
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetName = lambda h: "NVIDIA H200"
+    m.nvmlDeviceGetUUID = lambda h: "GPU-00000000"
+    m.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=143771 * 2**20)
+    m.nvmlDeviceGetMigMode = lambda h: (0, 0)
+    return m
+
+
+def test_gpu_auto_json_carries_nvml_facts(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_h200_pynvml())
+    code, data = run_json(capsys, "--gpu", "auto", "--arm", "fp8", "--cuda", "13.0")
+    assert code == 0
+    assert data["gpus"] == [{
+        "index": 0, "name": "NVIDIA H200", "source": "NVML", "catalog": "H200", "in_catalog": True,
+        "compute_capability": "9.0", "memory_mib": 143771, "memory_gib": 140.4, "driver_version": "580.159.04",
+        "cuda_driver_version": "13.0", "mig": False,
+    }]
+    assert result(data, "fp8")["gpu"] == "0:H200"
+    assert "H200: driver supports CUDA 13.0 (not the CUDA the engine was built with)" in data["notes"]
+    code, out, _ = run(capsys, "--gpu", "auto", "--arm", "fp8", "--cuda", "13.0")
+    assert ("gpu 0 (NVML): NVIDIA H200 -> H200; compute capability 9.0; 143,771 MiB; driver 580.159.04, "
+            "CUDA driver 13.0; MIG disabled") in out.splitlines()
+
+
+def test_catalog_gpu_json_says_its_source(capsys):
+    _, data = run_json(capsys, "--gpu", "H100", "--arm", "bf16", "--no-mig")
+    (gpu,) = data["gpus"]
+    assert (gpu["source"], gpu["catalog"], gpu["compute_capability"], gpu["mig"]) == ("catalog", "H100-SXM", "9.0",
+                                                                                       False)
+    assert gpu["driver_version"] is None and gpu["cuda_driver_version"] is None  # not read, not guessed
