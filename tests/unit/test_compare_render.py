@@ -90,8 +90,11 @@ def test_values_come_from_the_files(logged: list[RunRow]) -> None:
     # no eval given for fp8kv / fp8marlin: never filled from elsewhere
     assert rows["fp8kv"]["gsm8k"] == FILL and rows["fp8kv"]["delta"] == FILL
     assert rows["fp8marlin"]["tpot_ms"] == FILL
-    # the real records: 0 of 8 (max24) and 0 of 6 (lm-eval) correct -> McNemar over the shared answered ids
-    assert rows["bf16"]["gsm8k"] == "0.000 ± 0.000"
+    # the real records: 0 of 8 (max24) and 0 of 6 (lm-eval) correct -> McNemar over the shared answered ids.
+    # At 0/n the standard error is 0 and says nothing: the cell is the 95% Wilson interval with n
+    # (upper bound z^2 / (n + z^2): 3.8415 / 11.8415 = 32.4% at n=8, 3.8415 / 9.8415 = 39.0% at n=6)
+    assert rows["bf16"]["gsm8k"] == "0.0% [0.0, 32.4] n=8"
+    assert rows["fp8"]["gsm8k"] == "0.0% [0.0, 39.0] n=6"
     assert rows["fp8"]["delta"] == "+0.0 pts"
     assert rows["fp8"]["paired_test"].startswith("McNemar p=1 (n=")
     assert rows["bf16"]["top1_agree"] == FILL and rows["bf16"]["kl"] == FILL
@@ -258,3 +261,168 @@ def test_rest_read_matches_mlflow(store_uri: str, edge_store: str, tmp_path: Pat
     with pytest.raises(BadInput, match=r"unknown experiment 'edg' \(did you mean 'edge'\?\)"):
         read_runs("http://127.0.0.1:5000", "edg", "arm", lambda names: BadInput(
             f"unknown experiment 'edg'{did_you_mean('edg', names)}"), transport)
+
+
+# --- GSM8K interval, KV MiB, cost, skipped runs, exact McNemar without scipy ---------------------------------
+
+def test_gsm8k_cell_wilson_at_zero_of_ten() -> None:
+    from quantrack.accuracy.stats import proportion
+    from quantrack.report.compare import gsm8k_cell
+
+    pr = proportion(0, 10)  # what the runner logs as gsm8k_ci_low / gsm8k_ci_high
+    assert pr.se == 0.0
+    m = {"gsm8k_accuracy": 0.0, "gsm8k_se": 0.0, "gsm8k_ci_low": pr.ci_low, "gsm8k_ci_high": pr.ci_high,
+         "gsm8k_n": 10.0}
+    assert gsm8k_cell(m) == "0.0% [0.0, 27.8] n=10"
+    # an import with no interval keeps accuracy ± SE; nothing logged is FILL IN
+    assert gsm8k_cell({"gsm8k_accuracy": 0.5, "gsm8k_se": 0.05}) == "0.500 ± 0.050"
+    assert gsm8k_cell({}) == FILL
+
+
+@pytest.mark.parametrize("b,c", [(0, 0), (0, 1), (1, 0), (3, 3), (2, 11), (11, 2), (30, 45), (79, 2), (0, 12),
+                                 (140, 170)])
+def test_exact_mcnemar_matches_scipy(b: int, c: int) -> None:
+    from scipy.stats import binomtest
+
+    from quantrack.accuracy.stats import compare_counts
+
+    pc = compare_counts(50, b, c, 7)
+    want = 1.0 if b + c == 0 else binomtest(b, b + c, 0.5).pvalue
+    assert pc.mcnemar_p == pytest.approx(want, rel=1e-12, abs=1e-300)
+
+
+def test_wilson_interval_matches_scipy() -> None:
+    from scipy.stats import binomtest, norm
+
+    from quantrack.accuracy.stats import Z_975, proportion
+
+    assert Z_975 == pytest.approx(norm.ppf(0.975), rel=1e-15)
+    for k, n in [(0, 10), (1, 10), (5, 10), (10, 10), (0, 8), (617, 1319), (1319, 1319)]:
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        pr = proportion(k, n)
+        assert (pr.ci_low, pr.ci_high) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
+
+
+def test_fresh_process_compare_never_imports_scipy(store_uri: str, logged: list[RunRow]) -> None:
+    """The store has per-question records for bf16 and fp8, so the paired test runs: still no scipy."""
+    assert build_table(EXPERIMENT, logged).rows[1]["paired_test"].startswith("McNemar p=")
+    code = ("import sys; from quantrack.cli import main\n"
+            "try:\n"
+            f"    main(['compare', '--experiment', {EXPERIMENT!r}, '--tracking-uri', {store_uri!r}])\n"
+            "except SystemExit as e:\n"
+            "    assert not e.code, e.code\n"
+            "sys.stderr.write(' '.join(m for m in ('scipy', 'mlflow', 'pandas') if m in sys.modules) or 'none')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "none"
+    assert "McNemar p=1 (n=6)" in out.stdout
+
+
+def _prices_file(tmp_path: Path, usd: float) -> Path:
+    """A user's --prices file (the shipped table has no H200 price). The rate is a test input, not a quote."""
+    f = tmp_path / "prices.toml"
+    f.write_text(f"""[[price]]
+gpu = "H200"
+usd_per_hour = {usd}
+date = "2026-11-30"
+source = "test input: tests/unit/test_compare_render.py"
+""", encoding="utf-8")
+    return f
+
+
+def test_cost_column_at_highest_sweep_concurrency(logged: list[RunRow], shared_data_module: Path,
+                                                  tmp_path: Path) -> None:
+    # default prices: no H200 entry -> not priced, and the note says why
+    t = build_table(EXPERIMENT, logged)
+    assert {r["cost"] for r in t.rows} == {"—"}
+    assert any(n.startswith("cost: —") for n in t.notes)
+    t = build_table(EXPERIMENT, logged, prices=_prices_file(tmp_path, 3.5))
+    # client-latency-*.json holds conc16 and conc64: the highest measured level is 64
+    assert "$ / 1M out tok (derived, @c64)" in t.headers()
+    rows = {r["arm"]: r for r in t.rows}
+    for arm in ("bf16", "fp8", "fp8kv"):
+        tps = json.loads((shared_data_module / "vllm-h200" / f"client-latency-{arm}.json").read_text())["conc64"][
+            "out_tok_per_s"]
+        assert rows[arm]["cost"] == f"{3.5 / (tps * 3600) * 1e6:.3f}", arm
+    assert rows["fp8marlin"]["cost"] == "—"  # no latency/sweep row was logged for it
+    assert any("H200 $3.5/h (2026-11-30" in n for n in t.notes)
+
+
+def test_compare_cli_prices(store_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.cli import main
+
+    assert main(["compare", "--experiment", EXPERIMENT, "--tracking-uri", store_uri, "--format", "csv",
+                 "--prices", str(_prices_file(tmp_path, 3.5))]) is None
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "$ / 1M out tok (derived, @c64)" in head and "KV (MiB)" in head
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[price]]\ngpu = 'H200'\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--experiment", EXPERIMENT, "--tracking-uri", store_uri, "--prices", str(bad)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"quantrack: error: prices file {str(bad)!r}: [[price]] #1: missing "
+                                               "'usd_per_hour' (every price needs gpu, usd_per_hour, date, source)")
+
+
+def test_kv_mib_shows_the_kv_dtype_on_llamacpp(shared_data_module: Path, tmp_path: Path,
+                                               logged: list[RunRow]) -> None:
+    """Same -c, same token capacity: the KV type shows only in MiB (real xllamacpp logs: f16 vs q8_0 KV)."""
+    import dataclasses
+
+    study = load_study(Path(__file__).resolve().parents[2] / "examples" / "cpu-smollm2.toml")
+    study = dataclasses.replace(study, tracking=dataclasses.replace(study.tracking, experiment="kv-mib"))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    d = shared_data_module / "llamacpp-cpu"
+    for arm, log in (("Q8_0", "xllamacpp-Q8_0-kvf16.log"), ("Q8_0-kvq8_0", "xllamacpp-Q8_0-kvq8_0.log")):
+        log_results(LogInputs(study=study, arm=arm, server_log=d / log, tracking_uri=uri))
+    rows = {r["arm"]: r for r in compare_experiment("kv-mib", "Q8_0", uri).rows}
+    # "llama_kv_cache: size =   45.00 MiB (  2048 cells, ...) K (f16)" / "size =   23.91 MiB ... K (q8_0)"
+    assert rows["Q8_0"]["kv_mib"] == "45.00" and rows["Q8_0-kvq8_0"]["kv_mib"] == "23.91"
+    assert rows["Q8_0"]["capacity_tok"] == rows["Q8_0-kvq8_0"]["capacity_tok"] == "2,048"
+    # no sweep was logged for these runs: no cost; the vLLM runs never logged a KV MiB: FILL IN, not a guess
+    assert rows["Q8_0"]["cost"] == "—"
+    assert {r["kv_mib"] for r in build_table(EXPERIMENT, logged).rows} == {FILL}
+
+
+def _rerun(r: RunRow, run_id: str, status: str, start: int) -> RunRow:
+    return RunRow(**{**r.__dict__, "run_id": run_id, "status": status, "start_time": start})
+
+
+def test_latest_finished_run_shown_others_counted(logged: list[RunRow]) -> None:
+    bf16 = next(r for r in logged if r.arm == "bf16")
+    newest = max(r.start_time for r in logged)
+    runs = [*logged, _rerun(bf16, "f" * 32, "FAILED", newest + 10), _rerun(bf16, "k" * 32, "KILLED", newest + 20)]
+    t = build_table(EXPERIMENT, runs)
+    assert t.raw[0]["run_id"] == bf16.run_id and t.rows[0]["status"] == "finished"
+    assert t.skipped == {"bf16": {"FAILED": 1, "KILLED": 1}}
+    assert ("several runs per arm: bf16: latest FINISHED run shown, 2 other runs skipped (FAILED 1, KILLED 1)."
+            in t.notes)
+    assert "2 other runs skipped" in render(t, "table") and json.loads(render(t, "json"))["values"][0][
+        "skipped_runs"] == {"FAILED": 1, "KILLED": 1}
+    # one run per arm: no footnote
+    assert not any(n.startswith("several runs") for n in build_table(EXPERIMENT, logged).notes)
+
+
+H200_STORE = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "h200-mlflow-store.tar.gz"
+
+
+@pytest.fixture(scope="module")
+def h200_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The real H200 store (vLLM + SGLang studies, FP8 probes) extracted into a temp dir (read-only use)."""
+    import tarfile
+
+    if not H200_STORE.is_file():
+        pytest.skip(f"{H200_STORE} not present")
+    dest = tmp_path_factory.mktemp("h200-store")
+    with tarfile.open(H200_STORE) as tar:
+        tar.extractall(dest, filter="data")
+    return f"sqlite:///{dest}/qt-mlruns/mlflow.db"
+
+
+def test_real_h200_store_rerun_after_failure(h200_uri: str) -> None:
+    """SGLang bf16 failed once (HTTP 500 on /tokenize) and was re-run: the re-run is shown, the failure counted."""
+    t = compare_experiment("h200-sglang", None, h200_uri)
+    rows = {r["arm"]: r for r in t.rows}
+    assert rows["bf16"]["status"] == "finished" and rows["bf16"]["tpot_ms"] != FILL
+    assert t.skipped == {"bf16": {"FAILED": 1}}
+    assert "bf16: latest FINISHED run shown, 1 other run skipped (FAILED 1)" in t.notes[-1]
+    assert "$ / 1M out tok (derived, @c64)" in t.headers()  # the sweep measured 1, 16, 64
