@@ -6,6 +6,9 @@
   ``llamacpp_server`` yields its base URL (127.0.0.1 only)
 
 Cache: $QUANTRACK_CACHE, else ``<repo>/.quantrack-cache`` (git-ignored).
+
+Loopback only: every server here binds 127.0.0.1, and Ray is told to stay on loopback too
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` below) before any test module can import it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from pathlib import Path
 
 import pytest
 
+# Ray reads this once, when it is imported (ray._private.ray_constants.ENABLE_RAY_CLUSTER): with 0 a local
+# cluster advertises 127.0.0.1 instead of the machine's external address. Set here, at conftest import, it
+# precedes every test module's `import ray`, and the raylets and workers Ray starts inherit it.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
 REPO = Path(__file__).resolve().parents[2]
+LOOPBACK = "127.0.0.1"
 
 
 def _cache_dir() -> Path:
@@ -53,8 +62,9 @@ def llamacpp_managed(smollm2_q4_1: Path, tmp_path_factory: pytest.TempPathFactor
     from quantrack.engines.lifecycle import server_for_arm
 
     log = tmp_path_factory.mktemp("llamacpp") / "server.log"
-    srv = server_for_arm("llamacpp", str(smollm2_q4_1), make_arm("q4_1", weights="q4_1"), context_len=2048,
-                         parallel=2, log_path=log, startup_timeout=120)
+    srv = server_for_arm("llamacpp", str(smollm2_q4_1), make_arm("q4_1", weights="q4_1"), host=LOOPBACK,
+                         context_len=2048, parallel=2, log_path=log, startup_timeout=120)
+    assert srv.host == LOOPBACK and f"--host {LOOPBACK}" in " ".join(srv.argv)
     srv.start()
     try:
         yield srv

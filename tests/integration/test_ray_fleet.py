@@ -20,10 +20,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-# Keep all of Ray on loopback: without this Ray advertises the machine's external address. Ray reads it once,
-# at import (ray_constants.ENABLE_RAY_CLUSTER), so it is set before the import here and patched in the
-# fixture in case another test module imported ray first; the raylets and workers inherit the variable.
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+# Ray stays on loopback: tests/integration/conftest.py sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before any test
+# module imports ray (Ray reads it once, at import); test_ray_reads_loopback_only_from_the_environment checks it.
 ray = pytest.importorskip("ray")
 pytest.importorskip("xllamacpp")
 pytest.importorskip("psycopg2")
@@ -79,7 +77,7 @@ def cluster() -> Iterator[Any]:
     from ray._private import ray_constants
     from ray.cluster_utils import Cluster
 
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    assert ray_constants.ENABLE_RAY_CLUSTER is False, "ray was imported before conftest set its environment"
     small = {"node_ip_address": "127.0.0.1", "object_store_memory": 100 * 1024**2}
     c = Cluster(initialize_head=True, head_node_args={**small, "num_cpus": 0, "include_dashboard": False})
     try:
@@ -90,6 +88,17 @@ def cluster() -> Iterator[Any]:
     finally:
         ray.shutdown()
         c.shutdown()
+
+
+def test_ray_reads_loopback_only_from_the_environment() -> None:
+    """A fresh interpreter (as a raylet or worker is) with our environment keeps Ray on 127.0.0.1."""
+    import subprocess
+    import sys
+
+    assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0"
+    code = "from ray._private import ray_constants as c; print(c.ENABLE_RAY_CLUSTER)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def _study(tmp_path: Path, models: dict[str, Path], name: str, arms: tuple[str, ...], max_retries: int,
