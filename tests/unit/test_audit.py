@@ -1,5 +1,5 @@
 """`audit`: real H200 logs (both fp8marlin logs flagged with their evidence line, the others not), runs from a
-store grouped by GPU + arm, and the CLI's exit code 4."""
+store grouped by GPU + engine + arm (FINISHED runs only), FP8 probe node facts, and the CLI's exit code 4."""
 
 from __future__ import annotations
 
@@ -65,14 +65,15 @@ def test_bad_input_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         audit()
 
 
-def _run(host: str, arm: str, tpot: float | None, fallback: str | None, gpu: str = "NVIDIA H200") -> RunRow:
+def _run(host: str, arm: str, tpot: float | None, fallback: str | None, gpu: str = "NVIDIA H200",
+         engine: str = "vllm", status: str = "FINISHED") -> RunRow:
     tags = {"quantrack.arm": arm}
     if fallback is not None:
         tags["quantrack.fallback"] = fallback
-    return RunRow(run_id=f"id-{host}-{arm}", experiment_id="1", run_name=arm, status="FINISHED", start_time=0,
-                  end_time=None, params={"hostname": host, "gpu_name": gpu, "compute_capability": "9.0",
-                                         "mig": "False", "engine": "vllm", "engine_version": "0.25.0",
-                                         "quantization": "fp8"},
+    return RunRow(run_id=f"id-{host}-{arm}-{engine}-{status}", experiment_id="1", run_name=arm, status=status,
+                  start_time=0, end_time=None,
+                  params={"hostname": host, "gpu_name": gpu, "compute_capability": "9.0", "mig": "False",
+                          "engine": engine, "engine_version": "0.25.0", "quantization": "fp8", "weights": "fp8"},
                   metrics={} if tpot is None else {"tpot_ms_p50": tpot}, tags=tags)
 
 
@@ -97,3 +98,94 @@ def test_no_fallback_exit_zero() -> None:
     add_tpot_deviation(rows)
     assert build_audit([_run("n1", "fp8", 3.44, "no")]).exit_code == 0
     assert rows[0].tpot_vs_median_pct == 0.0
+
+
+def test_engines_are_not_pooled() -> None:
+    """vLLM and SGLang runs of the same arm on the same GPU are different groups (batch-1 TPOTs of the real
+    H200 fp8-marlin runs: vLLM 3.23 ms, SGLang 3.25 ms; docs/gpu/audit.txt pooled them as '(of 2)')."""
+    runs = [_run("a", "fp8-marlin", 3.23, "yes"), _run("b", "fp8-marlin", 3.40, "yes"),
+            _run("a", "fp8-marlin", 3.25, "yes", engine="sglang")]
+    by = {(r.node, r.engine): r for r in build_audit(runs).rows}
+    assert by[("a", "sglang")].group_size == 1 and by[("a", "sglang")].tpot_vs_median_pct == 0.0
+    assert by[("a", "vllm")].group_size == 2
+    assert by[("a", "vllm")].tpot_vs_median_pct == pytest.approx((3.23 - 3.315) / 3.315 * 100)
+
+
+def test_failed_run_shown_failed_and_out_of_the_median() -> None:
+    runs = [_run("n1", "fp8", 3.44, "no"), _run("n2", "fp8", 3.52, "no"),
+            _run("n3", "fp8", 9.90, "no", status="FAILED"), _run("n4", "bf16", None, "no", status="FAILED")]
+    report = build_audit(runs)
+    by = {r.node: r for r in report.rows}
+    assert by["n1"].group_size == 2 and by["n1"].tpot_vs_median_pct == pytest.approx((3.44 - 3.48) / 3.48 * 100)
+    assert by["n3"].status == "FAILED" and by["n3"].tpot_vs_median_pct is None and by["n3"].group_size is None
+    text = render(report)
+    n4 = next(ln for ln in text.splitlines() if ln.startswith("n4"))
+    assert n4.split()[-3:] == ["excluded", "(FAILED)", "FAILED"]
+    assert "2 run(s) not FINISHED, kept out of the medians" in text
+    rejected = RunRow(**{**_run("n5", "fp8", None, None, status="KILLED").__dict__,
+                         "tags": {"quantrack.arm": "fp8", "quantrack.verdict": "reject"}})
+    assert build_audit([rejected]).rows[0].status == "rejected"
+
+
+def _probe(host: str, verdict: str, start: int, gpu: str = "NVIDIA L4") -> RunRow:
+    """A node-fact run as `quantrack probe --track` logs it (quantrack.tracking.log_node_fact)."""
+    return RunRow(run_id=f"probe-{host}-{start}", experiment_id="9", run_name=f"probe@{host}", status="FINISHED",
+                  start_time=start, end_time=None, params={"node_hostname": host, "gpu_name": gpu},
+                  metrics={}, tags={"quantrack.role": "node-fact", "quantrack.fact": "probe",
+                                    "probe.verdict": verdict})
+
+
+def test_fp8_probe_column_and_warning() -> None:
+    runs = [_run("l4-a", "fp8", 3.5, "no", gpu="NVIDIA L4"), _run("h200-b", "fp8", 3.4, "no"),
+            _run("l4-c", "bf16", 4.8, "no", gpu="NVIDIA L4")]
+    runs[2].params.update({"quantization": "none", "weights": "bf16"})
+    facts = [_probe("l4-a", "native", 1), _probe("l4-a", "none", 2), _probe("h200-b", "native", 1, "NVIDIA H200"),
+             _probe("l4-c", "none", 1)]
+    report = build_audit(runs, node_facts=facts)
+    by = {r.node: r for r in report.rows}
+    assert by["l4-a"].fp8_probe == "none" and by["l4-a"].fp8_probe_run == "probe-l4-a-2"  # the newest probe
+    assert by["h200-b"].fp8_probe == "native"
+    # one warning: the FP8 W8A8 arm on the node without native FP8; the bf16 arm on such a node is fine
+    assert len(report.warnings) == 1
+    assert report.warnings[0].startswith("WARNING l4-a: FP8 probe (run probe-l4-a-2) found no native FP8 on "
+                                         "NVIDIA L4, but arm fp8 (run id-l4-a-fp8-vllm-FINISHED) requested FP8 W8A8")
+    assert report.exit_code == 0  # evidence, not a fallback
+    text = render(report)
+    assert report.warnings[0] in text
+    head = text.splitlines()[0]
+    assert head.split()[9:12] == ["Fallback", "FP8", "probe"]
+    col = head.index("FP8 probe")
+    row = next(ln for ln in text.splitlines() if ln.startswith("l4-a"))
+    assert row[col:].split()[0] == "none"
+    without = build_audit(runs)
+    assert {r.fp8_probe for r in without.rows} == {None} and "—" in render(without)
+
+
+H200_STORE = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "h200-mlflow-store.tar.gz"
+
+
+def test_real_h200_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real H200 store: vLLM + SGLang studies and three `probe --track` runs of node 'vm' (native)."""
+    import tarfile
+
+    if not H200_STORE.is_file():
+        pytest.skip(f"{H200_STORE} not present")
+    with tarfile.open(H200_STORE) as tar:
+        tar.extractall(tmp_path, filter="data")
+    uri = f"sqlite:///{tmp_path}/qt-mlruns/mlflow.db"
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", "--experiment", "h200-vllm", "--experiment", "h200-sglang", "--tracking-uri", uri,
+              "--format", "json"])
+    assert exc.value.code == 4  # the forced-Marlin arms fell back
+    data = json.loads(capsys.readouterr().out)
+    nodes = data["nodes"]
+    assert {n["fp8_probe"] for n in nodes} == {"native"} and data["fp8_probes"]["vm"]["verdict"] == "native"
+    marlin = {n["engine"]: n for n in nodes if n["arm"] == "fp8-marlin"}
+    assert marlin["vllm"]["group_size"] == 1 and marlin["sglang"]["group_size"] == 1  # not pooled
+    failed = [n for n in nodes if n["status"] == "FAILED"]
+    assert len(failed) == 1 and failed[0]["arm"] == "bf16" and failed[0]["engine"] == "sglang"
+    assert failed[0]["tpot_vs_median_pct"] is None
+    ok_bf16 = [n for n in nodes if n["arm"] == "bf16" and n["engine"] == "sglang" and n["status"] == "FINISHED"]
+    assert len(ok_bf16) == 1 and ok_bf16[0]["group_size"] == 1
+    # the fallbacks happened on a node whose probe measured native FP8: said as a note, not as a GPU fault
+    assert sum(w.startswith("NOTE vm: arm fp8-marlin") for w in data["warnings"]) == 2
