@@ -191,3 +191,14 @@ def test_missing_binary_is_one_clear_error(tmp_path: Path) -> None:
     srv = ManagedServer(["quantrack-no-such-engine"], port=1, log_path=tmp_path / "n.log")
     with pytest.raises(EngineError, match=r"'quantrack-no-such-engine' not found"):
         srv.start()
+
+
+def test_preflight_peeks_the_files_run_resolves(gguf_arms: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """preflight's no-download cache lookup names the same files models_ref.resolve provisions (no drift)."""
+    from quantrack import models_ref
+    from quantrack.preflight import cached_model_ref
+
+    monkeypatch.setenv("QUANTRACK_CACHE", str(gguf_arms["F16"].parent))  # provisioned by the fixture
+    for qtype in models_ref.SMOLLM2_TYPES:
+        ref = f"smollm2:{qtype}"
+        assert cached_model_ref(ref) == models_ref.resolve(ref).path, ref
