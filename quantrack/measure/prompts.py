@@ -99,8 +99,8 @@ def build_prompts(
             why, tokenize = f"{source} failed: {exc}", None
         else:
             return PromptSet(
-                prompts=[first] + [exact_token_prompt(i, n_tokens, tokenize, salt)
-                                   for i in range(start + 1, start + count)],
+                prompts=[first, *(exact_token_prompt(i, n_tokens, tokenize, salt)
+                                  for i in range(start + 1, start + count))],
                 exact=True,
                 method=f"exact: {n_tokens} token ids from {source}",
             )
