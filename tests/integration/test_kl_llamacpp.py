@@ -39,9 +39,12 @@ def kl_servers(gguf_arms: dict[str, Path], tmp_path_factory: pytest.TempPathFact
             s.stop()
 
 
-def test_arm_against_itself_agrees_with_zero_kl(llamacpp_server: str) -> None:
-    # conftest's shared server (Q4_1, two slots) as both baseline and candidate
-    r = run_kl(llamacpp_server, llamacpp_server, "llamacpp", tokens=120)
+def test_arm_against_itself_agrees_with_zero_kl(kl_servers: dict[str, str]) -> None:
+    # one server (F16, one slot, one thread) as both baseline and candidate. With conftest's two-slot server the
+    # two sides can be computed in differently shaped batches, which moved KL to ~5e-4 nats in CI: batched
+    # numerics, not a measurement difference; one slot keeps the computation identical.
+    url = kl_servers["F16"]
+    r = run_kl(url, url, "llamacpp", tokens=120)
     assert r.n_positions == 120
     assert r.top1_agree == 1.0
     assert r.kl_mean < 1e-4 and r.kl_p99 < 1e-3  # numerical noise only
