@@ -29,9 +29,7 @@ from quantrack.engines.logparse import (
 )
 from quantrack.errors import BadInput
 
-# -ctk/-ctv types: llama.cpp@0c1e57098:common/arg.cpp:L304-L323 (kv_cache_types)
-LLAMACPP_KV = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-KV_ALIASES = {"fp16": "f16", "fp32": "f32"}
+# -ctk/-ctv spellings come from the rulebook (rules/methods.toml, llama.cpp@0c1e57098:common/arg.cpp:L304-L323).
 GPU_ONLY_WEIGHTS = {"fp8", "int8", "w4a16", "nvfp4"}
 
 
@@ -42,16 +40,8 @@ def llamacpp_kv(arm: Arm) -> str | None:
                        "(use F16/Q8_0/Q4_0 ... GGUF files)")
     from quantrack.engines.vllm import rulebook_flags
 
-    from_rules = rulebook_flags("llamacpp", arm)  # rules/methods.toml when quantrack.rulebook is installed
-    if from_rules is not None:
-        return from_rules[from_rules.index("--cache-type-k") + 1] if "--cache-type-k" in from_rules else None
-    if arm.kv == "auto":
-        return None
-    kv = KV_ALIASES.get(arm.kv, arm.kv)
-    if kv not in LLAMACPP_KV:
-        raise BadInput(f"arm {arm.name!r}: llama.cpp has no KV-cache type {arm.kv!r}; "
-                       f"choose one of: auto, {', '.join(LLAMACPP_KV)}")
-    return kv
+    from_rules = rulebook_flags("llamacpp", arm)  # spellings from rules/methods.toml
+    return from_rules[from_rules.index("--cache-type-k") + 1] if "--cache-type-k" in from_rules else None
 
 
 def llamacpp_options(spec: LaunchSpec) -> list[str]:

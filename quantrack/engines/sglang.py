@@ -30,37 +30,12 @@ from quantrack.engines.logparse import (
 from quantrack.engines.vllm import GGUF_TYPES, rulebook_flags
 from quantrack.errors import BadInput
 
-# --- arm -> flags (fallback table when quantrack.rulebook is absent; see vllm.py) ----------------------------------------------
-# --kv-cache-dtype choices: sglang@v0.5.23:python/sglang/srt/arg_groups/fields/model.py:L209-L218
-SGLANG_KV = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bf16": "bf16", "nvfp4": "nvfp4"}
-# --dtype choices: .../fields/model.py:L173
-SGLANG_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "bfloat16": "bfloat16",
-                "float16": "float16", "half": "half", "float32": "float32"}
-# --quantization choices: sglang@v0.5.23:python/sglang/srt/arg_groups/choices.py:L32-L67
-SGLANG_ONLINE_QUANT = {"fp8": "fp8"}
 
-
+# --- arm -> flags (spellings from the rulebook: rules/methods.toml; see vllm.py) -----------------------------------
 def sglang_flags(arm: Arm) -> list[str]:
     if arm.weights in GGUF_TYPES:
         raise BadInput(f"arm {arm.name!r}: weights {arm.weights} is a GGUF type; serve it with --engine llamacpp")
-    from_rules = rulebook_flags("sglang", arm)
-    if from_rules is not None:
-        return from_rules
-    flags: list[str] = []
-    quant = arm.quantization or SGLANG_ONLINE_QUANT.get(arm.weights)
-    if quant:
-        flags += ["--quantization", quant]
-    if arm.kv != "auto":
-        if arm.kv not in SGLANG_KV:
-            raise BadInput(f"arm {arm.name!r}: SGLang has no KV-cache dtype {arm.kv!r}; "
-                           f"choose one of: auto, {', '.join(SGLANG_KV)}")
-        flags += ["--kv-cache-dtype", SGLANG_KV[arm.kv]]
-    if arm.dtype not in ("auto", ""):
-        if arm.dtype not in SGLANG_DTYPE:
-            raise BadInput(f"arm {arm.name!r}: unknown --dtype {arm.dtype!r}; choose one of: auto, "
-                           f"{', '.join(SGLANG_DTYPE)}")
-        flags += ["--dtype", SGLANG_DTYPE[arm.dtype]]
-    return flags
+    return rulebook_flags("sglang", arm)
 
 
 # --- log patterns -------------------------------------------------------------------------------

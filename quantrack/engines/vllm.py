@@ -30,30 +30,15 @@ from quantrack.engines.logparse import (
 from quantrack.errors import BadInput
 
 # --- arm -> flags -------------------------------------------------------------------------------
-# Fallback table, used only when quantrack.rulebook (engine_flags) is not importable.
-# --kv-cache-dtype choices: vllm@4ba787ec9:vllm/config/cache.py:L44-L66 (CacheDType).
-VLLM_KV = {
-    "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bf16": "bfloat16",
-    "fp16": "float16", "nvfp4": "nvfp4",
-}
-# --dtype spellings accepted by vLLM's ModelConfig (auto, half, float16, bfloat16, float, float32).
-VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "bfloat16": "bfloat16",
-              "float16": "float16", "half": "half", "float32": "float32"}
-# Weights formats that need --quantization (online quantization of a bf16 checkpoint);
-# pre-quantized checkpoints (int8 W8A8, AWQ/GPTQ 4-bit) carry their method in config.json.
-VLLM_ONLINE_QUANT = {"fp8": "fp8"}
-# SGLang-only method names that vLLM reads from the checkpoint instead of a flag.
-VLLM_FROM_CHECKPOINT = {"w8a8_int8", "w8a8_fp8"}
+# Flag spellings per engine live in the rulebook (rules/methods.toml, quantrack.rulebook.engine_flags), each with
+# its source; the adapters do not keep a second table.
 GGUF_TYPES = {"f32", "f16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl"}
 
 
-def rulebook_flags(engine: str, arm: Arm) -> list[str] | None:
-    """Flags from the rulebook (rules/methods.toml via quantrack.rulebook.engine_flags), or None when
-    that module is not installed (then each adapter's local table below is used)."""
-    try:
-        from quantrack.rulebook import engine_flags
-    except ImportError:
-        return None
+def rulebook_flags(engine: str, arm: Arm) -> list[str]:
+    """The arm's engine flags from the rulebook, as an argv fragment."""
+    from quantrack.rulebook import engine_flags
+
     return [part for item in engine_flags(engine, arm).items() for part in item]
 
 
@@ -61,24 +46,7 @@ def vllm_flags(arm: Arm) -> list[str]:
     """The quantization / KV / dtype flags vLLM needs for this arm."""
     if arm.weights in GGUF_TYPES:
         raise BadInput(f"arm {arm.name!r}: weights {arm.weights} is a GGUF type; serve it with --engine llamacpp")
-    from_rules = rulebook_flags("vllm", arm)
-    if from_rules is not None:
-        return from_rules
-    flags: list[str] = []
-    quant = arm.quantization or VLLM_ONLINE_QUANT.get(arm.weights)
-    if quant and quant not in VLLM_FROM_CHECKPOINT:
-        flags += ["--quantization", quant]
-    if arm.kv != "auto":
-        if arm.kv not in VLLM_KV:
-            raise BadInput(f"arm {arm.name!r}: vLLM has no KV-cache dtype {arm.kv!r}; "
-                           f"choose one of: auto, {', '.join(VLLM_KV)}")
-        flags += ["--kv-cache-dtype", VLLM_KV[arm.kv]]
-    if arm.dtype not in ("auto", ""):
-        if arm.dtype not in VLLM_DTYPE:
-            raise BadInput(f"arm {arm.name!r}: unknown --dtype {arm.dtype!r}; choose one of: auto, "
-                           f"{', '.join(VLLM_DTYPE)}")
-        flags += ["--dtype", VLLM_DTYPE[arm.dtype]]
-    return flags
+    return rulebook_flags("vllm", arm)
 
 
 # --- log patterns -------------------------------------------------------------------------------
