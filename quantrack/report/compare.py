@@ -413,5 +413,45 @@ def compare_experiment(experiment: str, baseline: str | None = None, uri: str | 
     return build_table(experiment, runs, baseline, price_table)
 
 
-__all__ = ["FILL", "FORMATS", "CompareTable", "build_table", "compare_experiment", "cost_for", "gsm8k_cell",
-           "paired_test", "render", "skipped_runs", "sweep_throughput"]
+def run_gpu(r: RunRow) -> str:
+    """The GPU a run measured on: NVML's name (or the fleet job's GPU type), else the study's catalog GPU."""
+    return r.params.get("gpu_name") or r.params.get("gpu_catalog") or "unknown GPU"
+
+
+def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None = None,
+                   prices: str | Path | None = None, gpu: str | None = None) -> list[CompareTable]:
+    """One table per GPU in the experiment (a fleet study runs the same arms on several GPU types: each GPU's
+    arms are compared against that GPU's baseline); a single-GPU experiment gives the one usual table.
+    ``gpu`` keeps only that GPU's runs (matched case-insensitively against the names the runs logged)."""
+    from quantrack.tracking import load_runs
+
+    price_table = _price_table(prices)
+    runs = load_runs(experiment, uri)
+    if not runs:
+        raise BadInput(f"experiment {experiment!r} has no arm runs (log some with `quantrack run` or `quantrack log`)")
+    groups: dict[str, list[RunRow]] = {}
+    for r in runs:
+        groups.setdefault(run_gpu(r), []).append(r)
+    if gpu is not None:
+        match = [g for g in groups if g.lower() == gpu.lower()]
+        if not match:
+            raise BadInput(f"no runs on GPU {gpu!r} in experiment {experiment!r}{did_you_mean(gpu, groups)}; "
+                           f"GPUs: {', '.join(sorted(groups))}")
+        groups = {match[0]: groups[match[0]]}
+    if len(groups) == 1:
+        return [build_table(experiment, next(iter(groups.values())), baseline, price_table)]
+    return [build_table(f"{experiment} @ {g}", rs, baseline, price_table) for g, rs in sorted(groups.items())]
+
+
+def render_many(tables: list[CompareTable], fmt: str = "table") -> str:
+    """Render one or several tables (JSON: the single table's object, or {"tables": [...]} for several)."""
+    if len(tables) == 1:
+        return render(tables[0], fmt)
+    if fmt == "json":
+        return json.dumps({"tables": [json.loads(render(t, "json")) for t in tables]}, indent=2,
+                          ensure_ascii=False) + "\n"
+    return "\n".join(render(t, fmt) for t in tables)
+
+
+__all__ = ["FILL", "FORMATS", "CompareTable", "build_table", "compare_by_gpu", "compare_experiment", "cost_for",
+           "gsm8k_cell", "paired_test", "render", "render_many", "run_gpu", "skipped_runs", "sweep_throughput"]
