@@ -162,6 +162,10 @@ def _from_lm_eval(p: Path, data: dict[str, Any], filt: str
         return _from_counts(accuracy=acc, n=n if isinstance(n, int) else None, invalid=0,
                             source="imported:lm-eval", style="lm-eval", settings=settings, p=p), None
     records = _lm_eval_samples(samples, filt)
+    if isinstance(n, int) and len(records) != n:  # a cut-down samples file (real case: tests/data/eval/real)
+        raise BadInput(f"{samples}: {len(records)} questions for filter {filt!r} but {p.name} says n-samples "
+                       f"effective {n}; the samples file is partial or from another run "
+                       "(move it away to import the accuracy alone)")
     res = result_from_records(records, num_questions=max(records) + 1 if records else 0, style="lm-eval",
                               records_path=str(samples), source="imported:lm-eval", settings=settings)
     if res.accuracy is None or abs(res.accuracy - acc) > 1e-9:
