@@ -267,7 +267,7 @@ class EvalResult:
     num_questions: int  # asked for
     n: int  # answered (server replied)
     correct: int
-    invalid: int  # answered, but no answer could be extracted
+    invalid: int | None  # answered, but no answer could be extracted (None: the imported file does not say)
     errors: int  # server errors: neither right nor wrong
     accuracy: float | None
     se: float | None
@@ -280,7 +280,7 @@ class EvalResult:
 
     @property
     def invalid_rate(self) -> float | None:
-        return self.invalid / self.n if self.n else None
+        return self.invalid / self.n if (self.n and self.invalid is not None) else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -348,7 +348,10 @@ def format_result(result: EvalResult) -> list[str]:
     elif result.accuracy is not None:
         lines.append("  95% CI          unknown (the source gives no question count; pass --num-questions)")
     rate = result.invalid_rate
-    lines.append(f"  invalid         {result.invalid}" + (f" ({rate * 100:.1f}% of answered)" if rate is not None else ""))
+    if result.invalid is None:
+        lines.append("  invalid         not recorded in the imported file")
+    else:
+        lines.append(f"  invalid         {result.invalid}" + (f" ({rate * 100:.1f}% of answered)" if rate is not None else ""))
     lines.append(f"  errors          {result.errors} of {result.num_questions} asked (not counted as wrong)")
     if "accuracy_flexible" in result.extra and result.extra["accuracy_flexible"] is not None:
         lines.append(f"  flexible-extract {result.extra['accuracy_flexible'] * 100:.2f}%")

@@ -98,7 +98,7 @@ def _counted(p: Path, accuracy: float, n: int, what: str) -> int:
     return k
 
 
-def _from_counts(*, accuracy: float, n: int | None, invalid: int, source: str, style: str | None,
+def _from_counts(*, accuracy: float, n: int | None, invalid: int | None, source: str, style: str | None,
                  settings: dict[str, Any], p: Path) -> EvalResult:
     from quantrack.accuracy.stats import proportion
 
@@ -132,7 +132,7 @@ def _from_sglang(p: Path, data: dict[str, Any], num_questions: int | None) -> Ev
     settings: dict[str, Any] = {k: data[k] for k in ("latency", "output_throughput") if k in data}
     if num_questions is None:
         settings["note"] = "SGLang run_eval does not record the question count; pass --num-questions for an interval"
-    return _from_counts(accuracy=acc, n=num_questions, invalid=0, source="imported:sglang", style="sglang",
+    return _from_counts(accuracy=acc, n=num_questions, invalid=None, source="imported:sglang", style="sglang",
                         settings=settings, p=p)
 
 
@@ -159,7 +159,7 @@ def _from_lm_eval(p: Path, data: dict[str, Any], filt: str
                                 "n-shot": (data.get("n-shot") or {}).get(task)}
     samples = _find_samples(p, task)
     if samples is None:
-        return _from_counts(accuracy=acc, n=n if isinstance(n, int) else None, invalid=0,
+        return _from_counts(accuracy=acc, n=n if isinstance(n, int) else None, invalid=None,
                             source="imported:lm-eval", style="lm-eval", settings=settings, p=p), None
     records = _lm_eval_samples(samples, filt)
     if isinstance(n, int) and len(records) != n:  # a cut-down samples file (real case: tests/data/eval/real)

@@ -128,3 +128,14 @@ def test_cli_one_line_error_on_real_mismatch(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err.strip()
     assert err.startswith("quantrack: error: ") and len(err.splitlines()) == 1
     assert "n-samples effective 1319" in err and "Traceback" not in err
+
+
+def test_accuracy_only_import_does_not_invent_an_invalid_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """lm-eval results files record no invalid count: quantrack must say so, not print 0."""
+    from quantrack.cli import main
+
+    res, _ = import_result(LLMC_DYNAMIC)
+    assert res.invalid is None and res.invalid_rate is None
+    assert main(["eval", "import", str(LLMC_DYNAMIC)]) in (0, None)
+    out = capsys.readouterr().out
+    assert "not recorded in the imported file" in out and "invalid         0" not in out
