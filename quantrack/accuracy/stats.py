@@ -229,7 +229,8 @@ def compare_runs(base_path: str, arm_path: str) -> dict[str, Any]:
     }
     if base_recs is None or arm_recs is None:
         which = " and ".join(name for name, recs in (("base", base_recs), ("arm", arm_recs)) if recs is None)
-        report["reason"] = (f"a paired test is impossible: {which} has no per-question records "
+        verb = "have" if " and " in which else "has"
+        report["reason"] = (f"a paired test is impossible: {which} {verb} no per-question records "
                             "(accuracy-only import)")
         return report
     if base_res.style and arm_res.style and base_res.style != arm_res.style:
