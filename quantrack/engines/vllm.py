@@ -65,15 +65,20 @@ _WEIGHTS_V1 = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and")
 _WEIGHTS_V0 = re.compile(r"Loading model weights took ([\d.]+) GB")
 # v0 memory-profiling table (github.com/vllm-project/vllm/pull/14447, /pull/10511)
 _PROF_WEIGHTS = re.compile(r"model weights take\s+([\d.]+)\s*GiB")
-_PROF_KV = re.compile(r"(?:the rest of the memory reserved for KV Cache is|available_kv_cache_memory)\s+([\d.]+)\s*GiB")
-_PROF_TOTAL = re.compile(r"total_gpu_memory\s+\(?([\d.]+)\s*GiB")
-_PROF_UTIL = re.compile(r"gpu_memory_utilization\s+\(?([\d.]+)")
+# v0.6.4 one-line form: "Memory profiling results: total_gpu_memory=23.58GiB ... kv_cache_size=3.81GiB
+# gpu_memory_utilization=0.90" (github.com/vllm-project/vllm/issues/10517); the KV figure can be negative when the
+# weights do not fit ("reserved for KV Cache is -1.05GiB", github.com/vllm-project/vllm/issues/13882).
+_PROF_KV = re.compile(r"(?:the rest of the memory reserved for KV Cache is|available_kv_cache_memory|kv_cache_size=)"
+                      r"\s*(-?[\d.]+)\s*GiB")
+_PROF_TOTAL = re.compile(r"total_gpu_memory[=\s]+\(?([\d.]+)\s*GiB")
+_PROF_UTIL = re.compile(r"gpu_memory_utilization[=\s]+\(?([\d.]+)")
 _AVAIL_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 # "%s KV cache size: %s tokens[, Maximum concurrency for %s tokens per request: %.2fx]"
 _KV_TOKENS = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
 _MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-# v0: "# GPU blocks: 10039, # CPU blocks: 1310" (github.com/vllm-project/vllm/pull/6234)
-_GPU_BLOCKS = re.compile(r"# GPU blocks: (\d+), # CPU blocks: (\d+)")
+# v0: "# GPU blocks: 10039, # CPU blocks: 1310" (github.com/vllm-project/vllm/pull/6234); later v0 builds name the
+# device type: "# CUDA blocks: 6001, # CPU blocks: 1638" (github.com/vllm-project/vllm/pull/12126)
+_GPU_BLOCKS = re.compile(r"# (?:GPU|CUDA|cuda) blocks: (\d+), # CPU blocks: (\d+)")
 _GRAPH = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
 _SELECTED = re.compile(r"Selected (\w+) for (\w+)")
 _USING_KERNEL = re.compile(r"Using (\w+) for (mixed-precision linear|\w+LinearMethod|CompressedTensors\w+|\w+ GEMM)")
@@ -279,6 +284,9 @@ RULES: list[RuleSpec] = [
     ("KV cache size:", _kv_tokens, done_when("kv_cache_tokens", "max_concurrency")),
     ("Maximum concurrency for", _max_conc, done_when("max_concurrency")),
     ("# GPU blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
+    ("# CUDA blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
+    ("# cuda blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
+    ("kv_cache_size=", _profiling, _KVG),
     ("Graph capturing finished", _graph, done_when("cuda_graph_gib")),
     ("Selected ", _kernel, _LK),
     (" for mixed-precision linear", _kernel, _LK),

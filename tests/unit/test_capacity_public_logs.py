@@ -7,7 +7,8 @@ GPU, engine version and the settings the thread states). For each one this modul
 2. recomputes the naive plan and the engine-aware prediction with the thread's settings and asserts the
    prediction error documented in docs/capacity-model.md §4.1, and that the doc's table row carries that error.
 
-Gaps of the parser found on these excerpts are pinned as strict xfails, so a fix shows up as XPASS.
+Three parser gaps these excerpts exposed (V0.6.4 key=value profiling line, '# CUDA blocks:', a negative KV
+figure) are fixed and tested below.
 """
 
 from __future__ import annotations
@@ -251,20 +252,19 @@ def test_doc_row_awq_4060() -> None:
 # --- 5. parser gaps found on these excerpts (reported to the parser's owner) ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM 0.6.4 'Memory profiling results: ... kv_cache_size=3.81GiB' "
-                   "(key=value form) is not read by quantrack.engines.vllm")
-def test_gap_v064_profiling_line_kv_size() -> None:
+def test_v064_profiling_line_kv_size() -> None:
+    # vLLM 0.6.4's one-line 'Memory profiling results: ... kv_cache_size=3.81GiB' (key=value form)
     report = parse_log_file(LOGS / CASES[0].file, "vllm")
     assert report.available_kv_gib == 3.81
 
 
-@pytest.mark.xfail(strict=True, reason="V0 executor_base '# CUDA blocks: 6001' (device name, not 'GPU') is not read")
-def test_gap_v0_cuda_blocks_line() -> None:
+def test_v0_cuda_blocks_line() -> None:
+    # V0 executor_base '# CUDA blocks: 6001' (device name, not 'GPU') -> tokens = blocks x 16 (derived)
     report = parse_log_file(LOGS / CASES[2].file, "vllm")
     assert report.kv_cache_tokens == 96016
 
 
-@pytest.mark.xfail(strict=True, reason="a negative 'reserved for KV Cache is -1.05GiB' is not read")
-def test_gap_v0_negative_kv() -> None:
+def test_v0_negative_kv() -> None:
+    # a negative 'reserved for KV Cache is -1.05GiB': the weights did not fit
     report = parse_log_file(LOGS / "vllm-13882-rtx4060-qwen25-7b-awq.log", "vllm")
     assert report.available_kv_gib == -1.05
