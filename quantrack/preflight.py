@@ -280,27 +280,11 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
 def cached_model_ref(ref: str) -> Path | None:
     """The local file of a model reference if it is provisioned already, else None; never downloads.
 
-    An unknown reference raises models_ref's own BadInput (its checks run before any download)."""
+    ``models_ref.cached_path`` (one file-naming rule with ``run``'s provisioning); a value that is not a
+    reference gives None, an unknown reference raises models_ref's one-line BadInput."""
     from quantrack import models_ref
 
-    parsed = models_ref.parse_ref(ref)
-    if parsed is None:
-        return None
-    name, qtype = parsed
-    if name not in models_ref.KNOWN or qtype not in models_ref.KNOWN[name]:
-        models_ref.resolve(ref)  # raises the one-line BadInput `run` would give
-        return None
-    if name != "smollm2":
-        return None
-    from quantrack import gguf_models as gm
-
-    # the file names models_ref._smollm2 writes (a fresher checkpoint than the requantized file means stale)
-    cache = gm.default_cache_dir()
-    src = cache / gm.SMOLLM2_FILE
-    dst = src if qtype == "Q4_1" else cache / f"{gm.SMOLLM2_FILE.removesuffix('.Q4_1.gguf')}.{qtype}.gguf"
-    if not (src.is_file() and dst.is_file()) or dst.stat().st_mtime < src.stat().st_mtime:
-        return None
-    return dst
+    return models_ref.cached_path(ref) if models_ref.is_ref(ref) else None
 
 
 def peek_model_refs(study: Any) -> tuple[Any, tuple[str, ...]]:

