@@ -515,17 +515,23 @@ def predict_for_arm(
     util: float | None = None,
     context_len: int | None = None,
     tp: int = 1,
+    *,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    gpu_name: str | None = None,
 ) -> dict[str, Any]:
     """Naive plan + engine-aware prediction for one arm, as one flat dict (used by preflight, logs reconcile, run).
 
-    ``gpu`` is a catalog GPU (its device-reported total is used) or a per-device size in bytes.
+    ``gpu`` is a catalog GPU (its device-reported total is used) or a per-device size in bytes; with a size,
+    ``gpu_name`` may name the device (vLLM's defaults depend on it). ``max_num_batched_tokens`` /
+    ``max_num_seqs``: the settings vLLM profiles with (None: its defaults for this GPU).
     """
     if isinstance(gpu, GPU):
         if gpu.vendor == "cpu" and engine != "llamacpp":
             raise BadInput(f"{gpu.name} has no fixed memory; give a memory size instead")
         total, gpu_name = float(gpu.total_bytes), gpu.name
     else:
-        total, gpu_name = float(gpu), None
+        total = float(gpu)
     if engine == "llamacpp":
         pred = predict_engine(shape, total or 1.0, arm, "llamacpp", context_len=context_len)
         return {"arm": arm.name, "engine": engine, "naive_tokens": None, "engine_tokens": pred.engine_tokens,
@@ -533,7 +539,8 @@ def predict_for_arm(
                 "weights_naive_gib": round(pred.weights_bytes / GiB, 4), "prediction": pred.to_dict(),
                 "basis": "derived"}
     row = plan(shape, total, [arm], util=util if util is not None else 0.92, tp=tp, context_len=context_len)[0]
-    pred = predict_engine(shape, total, arm, engine, util=util, context_len=row.context_len, tp=tp, gpu_name=gpu_name)
+    pred = predict_engine(shape, total, arm, engine, util=util, context_len=row.context_len, tp=tp, gpu_name=gpu_name,
+                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
     return {
         "arm": arm.name, "engine": engine, "kv_dtype": pred.kv_dtype,
         "naive_tokens": row.token_capacity, "naive_weights_gib": round(row.weights_bytes / GiB, 4),
@@ -565,6 +572,8 @@ class PlanRequest:
     engine: str | None = None
     gpu_name: str | None = None
     decimal: bool = False  # show GB (1e9) instead of GiB
+    max_num_batched_tokens: int | None = None  # vLLM's profile settings for --engine vllm (None: its defaults)
+    max_num_seqs: int | None = None
 
     def title(self) -> str:
         unit = "GB (decimal, 1e9 B)" if self.decimal else "GiB (2^30 B)"
@@ -587,7 +596,8 @@ def run_plan(req: PlanRequest) -> list[PlanRow]:
     if req.engine:
         for row, arm in zip(rows, req.arms, strict=True):
             pred = predict_engine(req.shape, req.memory_bytes, arm, req.engine, util=req.util,
-                                  context_len=req.context_len, tp=req.tp, gpu_name=req.gpu_name)
+                                  context_len=req.context_len, tp=req.tp, gpu_name=req.gpu_name,
+                                  max_num_batched_tokens=req.max_num_batched_tokens, max_num_seqs=req.max_num_seqs)
             row.engine = req.engine
             row.engine_tokens = pred.engine_tokens
             row.engine_weights_bytes = pred.weights_bytes * (req.tp if req.engine != "llamacpp" else 1)

@@ -51,17 +51,29 @@ def parse(files: tuple[str, ...], engine: str, fmt: str) -> None:
 @logs.command("reconcile")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--model", required=True, help="Model catalog name (see `quantrack catalog`).")
-@click.option("--gpu", default=None, help="GPU catalog name (required for vLLM/SGLang logs).")
+@click.option("--gpu", default=None,
+              help="GPU catalog name (required for vLLM/SGLang logs unless the log reports the device total).")
+@click.option("--vram", default=None,
+              help="Device memory to predict with (23.58GiB, 24 = GiB, 16GB); wins over the log's total and --gpu.")
 @click.option("--util", type=float, default=None, help="gpu_memory_utilization / mem_fraction_static used.")
 @click.option("--context-len", type=int, default=None, help="Context length (default: from the log).")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=None,
+              help="vLLM: tokens the profile run used (V0 without chunked prefill: max_model_len). "
+                   "Default: vLLM V1's default for the GPU.")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
+              help="vLLM: max_num_seqs the engine ran with (V0 default 256). Default: V1's default for the GPU.")
 @click.option("--engine", type=click.Choice(_ENGINES), default="auto", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def reconcile_cmd(file: str, model: str, gpu: str | None, util: float | None, context_len: int | None,
+def reconcile_cmd(file: str, model: str, gpu: str | None, vram: str | None, util: float | None,
+                  context_len: int | None, max_num_batched_tokens: int | None, max_num_seqs: int | None,
                   engine: str, fmt: str) -> None:
-    """The engine-aware prediction (derived) next to the log's figures (measured), error in %."""
+    """The engine-aware prediction (derived) next to the log's figures (measured), error in %.
+
+    Device memory: --vram if given, else the total the log reports (vLLM V0's total_gpu_memory), else --gpu's."""
     from quantrack.engines import reconcile
 
-    result = reconcile(file, model, gpu=gpu, util=util, context_len=context_len, engine=engine)
+    result = reconcile(file, model, gpu=gpu, util=util, context_len=context_len, engine=engine, vram=vram,
+                       max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=str))
         return
@@ -71,6 +83,14 @@ def reconcile_cmd(file: str, model: str, gpu: str | None, util: float | None, co
              f"arm {result['arm']['name']} (inferred from the log), context {result['context_len']}")
     click.echo(render(result["rows"], "table", title=title,
                       headers={"predicted": "predicted (derived)", "log": "log (measured)", "error_pct": "error %"}))
+    if result.get("memory_basis"):
+        click.echo(f"device memory: {result['memory_basis']}")
+    settings = result.get("settings") or {}
+    if settings:
+        given = max_num_batched_tokens is not None or max_num_seqs is not None
+        click.echo("vLLM profile settings: " + ", ".join(f"{k} {v}" for k, v in settings.items())
+                   + ("" if given else " (vLLM V1 defaults for this GPU: give --max-num-batched-tokens / "
+                                       "--max-num-seqs for the settings the log ran with)"))
 
 
 reconcile_cmd.name = "reconcile"

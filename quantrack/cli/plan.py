@@ -100,6 +100,11 @@ def build_request(opts: dict[str, Any]) -> Any:
         overhead = units.parse_memory(opts["overhead"], what="--overhead")
     tp = _positive_int("tp", opts.get("tp")) or 1
     ctx = _positive_int("context-len", opts.get("context_len")) or 4096
+    mnbt = _positive_int("max-num-batched-tokens", opts.get("max_num_batched_tokens"))
+    mns = _positive_int("max-num-seqs", opts.get("max_num_seqs"))
+    if (mnbt or mns) and opts.get("engine") != "vllm":
+        given = " and ".join(f"--{k}" for k, v in (("max-num-batched-tokens", mnbt), ("max-num-seqs", mns)) if v)
+        raise BadInput(f"{given}: vLLM's profile settings, used by the engine-aware column; add --engine vllm")
     arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]]) if opts.get("arm") else default_arms()
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
@@ -107,7 +112,7 @@ def build_request(opts: dict[str, Any]) -> Any:
     return capacity.PlanRequest(
         shape=shape, memory_bytes=float(memory), memory_label=label, arms=tuple(arms), util=util,
         overhead_bytes=float(overhead), tp=tp, context_len=ctx, engine=opts.get("engine"), gpu_name=gpu_name,
-        decimal=decimal,
+        decimal=decimal, max_num_batched_tokens=mnbt, max_num_seqs=mns,
     )
 
 
@@ -136,7 +141,16 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
     if not any(d["notes"] for d in table):
         for d in table:
             d.pop("notes")
-    return render(table, "md" if fmt == "md" else "table", title=req.title())
+    return render(table, "md" if fmt == "md" else "table", title=req.title() + _profile_note(req))
+
+
+def _profile_note(req: Any) -> str:
+    """For --engine vllm: the profile settings the engine-aware column assumed (given, or vLLM's defaults)."""
+    if req.engine != "vllm":
+        return ""
+    parts = [f"{name} {value if value else 'default (vLLM V1, by GPU memory)'}" for name, value in
+             (("max_num_batched_tokens", req.max_num_batched_tokens), ("max_num_seqs", req.max_num_seqs))]
+    return "; vLLM profile: " + ", ".join(parts)
 
 
 @click.command("plan")
@@ -158,6 +172,10 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
 @click.option("--arm", "arm", multiple=True,
               help="Arm preset (bf16, fp8, fp8-kv, int8, w4a16 ...) or weights=…,kv=…; repeatable.")
 @click.option("--engine", type=click.Choice(["vllm", "sglang"]), help="Add the engine-aware prediction column.")
+@click.option("--max-num-batched-tokens",
+              help="With --engine vllm: tokens vLLM profiles with (V0 without chunked prefill: the context length; "
+                   "default: V1's default for the GPU).")
+@click.option("--max-num-seqs", help="With --engine vllm: max_num_seqs (V0 default 256; default: V1's for the GPU).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "md"]), default="table",
               show_default=True)
 def plan(**opts: Any) -> None:

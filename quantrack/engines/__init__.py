@@ -129,31 +129,58 @@ def _err_pct(pred: float | None, actual: float | None) -> float | None:
 
 
 def reconcile(path: str | Path, model: str, gpu: str | None = None, util: float | None = None,
-              context_len: int | None = None, engine: str = "auto", tp: int | None = None) -> dict[str, Any]:
+              context_len: int | None = None, engine: str = "auto", tp: int | None = None, *,
+              vram: str | float | None = None, max_num_batched_tokens: int | None = None,
+              max_num_seqs: int | None = None) -> dict[str, Any]:
     """The engine-aware plan prediction (quantrack.capacity.predict_for_arm) beside what the log reports.
 
     Rows: figure, predicted (derived), log (measured by the engine), error % = (predicted - log) / log.
+    Device memory, first found: ``vram`` (a memory string, e.g. "23.58GiB"); the total the log reports
+    (vLLM V0's ``total_gpu_memory=23.58GiB``: what the engine sized from); the catalog GPU's ``gpu``.
+    ``max_num_batched_tokens`` / ``max_num_seqs``: the settings vLLM profiled with (None: its defaults).
     """
-    from quantrack.capacity import predict_for_arm
+    from quantrack.capacity import GiB, predict_for_arm
     from quantrack.catalog import get_gpu, get_model
 
+    for name, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
+        if value is not None and value < 1:
+            raise BadInput(f"{name} must be >= 1, got {value}")
     report = parse_log_file(path, engine)
     if report.engine is None:
         raise BadInput(f"{path}: no engine recognised in this log; pass --engine")
+    if report.engine != "vllm" and (max_num_batched_tokens or max_num_seqs):
+        raise BadInput(f"--max-num-batched-tokens / --max-num-seqs are vLLM's profile settings; this is a "
+                       f"{report.engine} log")
     shape = get_model(model)
     arm = arm_from_report(report)
     ctx = context_len or report.max_concurrency_context or report.extra.get("max_model_len") \
         or report.extra.get("n_ctx")
+    catalog_gpu = get_gpu(gpu) if gpu else None
+    logged_total = report.extra.get("total_gpu_memory_gib")
+    device: Any
     if report.engine == "llamacpp":
-        device: Any = get_gpu(gpu) if gpu else 0.0
+        device, memory_basis = catalog_gpu or 0.0, None
+    elif vram is not None:
+        from quantrack.units import parse_memory
+
+        device = float(parse_memory(vram, what="--vram"))
+        memory_basis = f"{device / GiB:.2f} GiB (--vram {vram})"
+    elif isinstance(logged_total, (int, float)) and logged_total > 0:
+        device = float(logged_total) * GiB
+        memory_basis = (f"{logged_total:g} GiB: the device total the log reports (total_gpu_memory), what the "
+                        "engine sized from")
+        if catalog_gpu is not None:
+            memory_basis += f"; not the catalog's {catalog_gpu.total_bytes / GiB:.2f} GiB for {catalog_gpu.name}"
+    elif catalog_gpu is not None:
+        device, memory_basis = catalog_gpu, catalog_gpu.memory_basis
     else:
-        if not gpu:
-            raise BadInput("--gpu is required for a GPU engine's log (e.g. --gpu H200)")
-        device = get_gpu(gpu)
+        raise BadInput("--gpu is required for a GPU engine's log (e.g. --gpu H200)")  # or --vram
     if util is None:
         util = report.extra.get("gpu_memory_utilization") or report.extra.get("mem_fraction_static")
     tp = tp or report.extra.get("tensor_parallel_size") or report.extra.get("tp_size") or 1
-    pred = predict_for_arm(shape, device, arm, report.engine, util=util, context_len=ctx, tp=int(tp))
+    pred = predict_for_arm(shape, device, arm, report.engine, util=util, context_len=ctx, tp=int(tp),
+                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                           gpu_name=catalog_gpu.name if catalog_gpu is not None else None)
     rows: list[dict[str, Any]] = []
 
     def row(figure: str, predicted: Any, logged: Any, unit: str) -> None:
@@ -170,7 +197,11 @@ def reconcile(path: str | Path, model: str, gpu: str | None = None, util: float 
         row("weights_gib", pred.get("engine_weights_gib"), report.weights_gib, "GiB")
         row("max_concurrency", pred.get("engine_max_concurrency"), report.max_concurrency, "x")
     return {"log": str(path), "engine": report.engine, "arm": arm.to_dict(), "model": shape.name,
-            "gpu": getattr(device, "name", None), "context_len": ctx, "util": util, "rows": rows,
+            "gpu": catalog_gpu.name if catalog_gpu is not None else None, "memory_basis": memory_basis,
+            "memory_gib": round(float(getattr(device, "total_bytes", device)) / GiB, 4) if memory_basis else None,
+            "settings": {k: pred["prediction"]["settings"].get(k) for k in ("max_num_batched_tokens", "max_num_seqs")
+                         if k in pred["prediction"]["settings"]} if report.engine == "vllm" else {},
+            "context_len": ctx, "util": util, "rows": rows,
             "prediction": pred, "basis": {"predicted": "derived", "log": "measured (engine log)"}}
 
 

@@ -126,3 +126,44 @@ def test_subprocess_entry_point() -> None:
         pytest.skip("quantrack.cli has no __main__")
     assert ok.returncode == 0 and "239,230" in ok.stdout
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "did you mean 'H200'" in bad.stderr
+
+
+# --- vLLM's profile settings (--max-num-batched-tokens / --max-num-seqs) -------------------------------------
+
+PUBLIC_LOGS = Path(__file__).resolve().parents[1] / "data" / "public-logs"
+# docs/capacity-model.md §4.1: the #10517 RTX 3090 run, as its excerpt's header and profiling line state it
+RTX3090_29K = ["plan", "--model", "Llama-3.1-8B", "--vram", "23.58GiB", "--util", "0.90", "--context-len", "29000",
+               "--arm", "bf16", "--engine", "vllm", "--format", "json"]
+
+
+def test_plan_vllm_profile_settings_match_the_public_v0_log(capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.engines import parse_log_file
+
+    logged = parse_log_file(PUBLIC_LOGS / "vllm-10517-rtx3090-llama31-8b-29k.log", "vllm").kv_cache_tokens
+    assert logged == 1478 * 16  # '# GPU blocks: 1478'
+    code, out, err = run([*RTX3090_29K, "--max-num-batched-tokens", "29000", "--max-num-seqs", "256"], capsys)
+    assert code == 0 and err == ""
+    (row,) = json.loads(out)
+    assert row["token_capacity"] == 51318  # the naive column does not depend on the profile settings
+    assert round(100 * (row["engine_tokens"] - logged) / logged, 1) == -3.9  # the doc's engine-aware error
+    # without them the column assumes V1's chunked-prefill default (2,048 batched tokens): far more KV
+    code, out, _ = run(RTX3090_29K, capsys)
+    (default_row,) = json.loads(out)
+    assert default_row["engine_tokens"] == 43792 and default_row["token_capacity"] == 51318
+    # the table says which settings the engine-aware column used
+    code, out, _ = run([*RTX3090_29K[:-2], "--max-num-batched-tokens", "29000"], capsys)
+    assert code == 0
+    assert "vLLM profile: max_num_batched_tokens 29000, max_num_seqs default (vLLM V1, by GPU memory)" in out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--max-num-seqs", "256"], ("--max-num-seqs: vLLM's profile settings, used by the engine-aware column; "
+                                 "add --engine vllm")),
+    (["--engine", "sglang", "--max-num-batched-tokens", "8192"], "--max-num-batched-tokens: vLLM's profile settings"),
+    (["--engine", "vllm", "--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be greater than zero"),
+    (["--engine", "vllm", "--max-num-seqs", "many"], "--max-num-seqs must be an integer, got 'many'"),
+])
+def test_plan_profile_settings_bad_input(capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:
+    code, out, err = run(["plan", "--model", "Llama-3.1-8B", "--vram", "24", *extra], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"quantrack: error: {message}") and err.count("\n") == 1
