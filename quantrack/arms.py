@@ -193,6 +193,14 @@ def default_arms() -> list[Arm]:
 
 
 __all__ = [
-    "Arm", "PRESETS", "WEIGHT_FORMATS", "KV_DTYPES", "make_arm", "parse_arm_spec", "with_baseline",
-    "default_arms", "normalize_weights", "normalize_kv",
+    "KV_DTYPES",
+    "PRESETS",
+    "WEIGHT_FORMATS",
+    "Arm",
+    "default_arms",
+    "make_arm",
+    "normalize_kv",
+    "normalize_weights",
+    "parse_arm_spec",
+    "with_baseline",
 ]

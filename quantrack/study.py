@@ -161,7 +161,7 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
 
     unknown = set(data) - _TOP
     if unknown:
-        k = sorted(unknown)[0]
+        k = min(unknown)
         raise bad(f"unknown key {k!r}{did_you_mean(k, _TOP)}")
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -202,7 +202,7 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
             raise bad(f"[[arms]] #{i + 1} must be a table")
         extra = set(a) - _ARM_KEYS
         if extra:
-            k = sorted(extra)[0]
+            k = min(extra)
             raise bad(f"[[arms]] #{i + 1}: unknown key {k!r}{did_you_mean(k, _ARM_KEYS)}")
         try:
             arms.append(make_arm(
@@ -216,7 +216,7 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
     names = [a.name for a in arms]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise bad(f"duplicate arm name {sorted(dup)[0]!r}")
+        raise bad(f"duplicate arm name {min(dup)!r}")
     try:
         arms = with_baseline(arms, data.get("baseline"))
     except BadInput as exc:
