@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from quantrack.catalog import ModelShape
@@ -157,12 +158,24 @@ def verdict(batches: list[BatchSummary], fp8_error: str | None) -> tuple[str, li
     return "none", ev + [f"FP8 ran but was never >= {NATIVE_MIN_SPEEDUP}x faster than bf16 (no faster path)"]
 
 
+def _bf16_gemm(a: Any, w: list[Any], j: int) -> Any:
+    return a @ w[j].t()
+
+
+def _fp8_gemm(torch: Any, a8: Any, w: list[Any], scale_a: Any, scale_b: Any, j: int) -> Any:
+    return torch._scaled_mm(a8, w[j].t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+
+
+def _copy(dst: Any, src: Any, j: int) -> Any:
+    return dst.copy_(src)
+
+
 def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmup: int = 5,
               copy_gib: float = 2.0, graphs: bool = True,
               progress: Callable[[str], None] | None = None) -> ProbeResult:
     """Time bf16 vs FP8 GEMMs on CUDA device 0. Raises EnvironmentMissing without torch+CUDA."""
     try:
-        import torch
+        import torch  # type: ignore[import-not-found]
     except ImportError:
         raise EnvironmentMissing("the probe needs PyTorch with CUDA: pip install 'quantrack[probe]'") from None
     if not torch.cuda.is_available():
@@ -226,20 +239,18 @@ def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmu
         for m in batches:
             say(f"probe: {ls.layer} K={ls.k} N={ls.n} batch {m}")
             a = torch.randn(m, ls.k, device=dev, dtype=torch.bfloat16)
-            bf_ms = time_fn(lambda j, a=a, w=w_bf: torch.matmul(a, w[j].t()), nb)
+            bf_ms = time_fn(partial(_bf16_gemm, a, w_bf), nb)
             ft_ms = fc_ms = None
             if fp8_error is None and w_fp8 is not None:
                 a8 = a.to(fp8_dtype)
                 one = torch.ones((), device=dev, dtype=torch.float32)
                 sa, sb = torch.ones(m, 1, device=dev), torch.ones(1, ls.n, device=dev)
                 try:
-                    ft_ms = time_fn(lambda j, a8=a8, w=w_fp8, one=one: torch._scaled_mm(a8, w[j].t(), scale_a=one, scale_b=one,
-                                                               out_dtype=torch.bfloat16), nf)
+                    ft_ms = time_fn(partial(_fp8_gemm, torch, a8, w_fp8, one, one), nf)
                 except Exception as exc:  # noqa: BLE001  # pragma: no cover - depends on the GPU
                     fp8_error = f"torch._scaled_mm per-tensor: {type(exc).__name__}: {str(exc).splitlines()[0]}"
                 try:
-                    fc_ms = time_fn(lambda j, a8=a8, w=w_fp8, sa=sa, sb=sb: torch._scaled_mm(a8, w[j].t(), scale_a=sa, scale_b=sb,
-                                                               out_dtype=torch.bfloat16), nf)
+                    fc_ms = time_fn(partial(_fp8_gemm, torch, a8, w_fp8, sa, sb), nf)
                 except Exception:  # noqa: BLE001  # pragma: no cover - row-wise scaling is SM89+/SM90 only
                     fc_ms = None
             timings.append(LayerTiming(
@@ -256,7 +267,7 @@ def run_probe(shape: ModelShape, batches: list[int], *, repeats: int = 20, warmu
     src = torch.empty(n_elem, device=dev, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     # one 2 GiB copy: launch overhead is negligible, and a captured copy becomes a slower memcpy graph node
-    copy_ms = time_fn(lambda j, d=dst, s=src: d.copy_(s), 1, use_graph=False)
+    copy_ms = time_fn(partial(_copy, dst, src), 1, use_graph=False)
     copy_tbps = (2 * n_elem * 2) / (copy_ms * 1e-3) / 1e12  # bytes read + written
     del src, dst
     torch.cuda.empty_cache()

@@ -48,7 +48,7 @@ def probe(model_name: str, batch: str, repeats: int, warmup: int, graphs: bool, 
     if fmt == "json":
         click.echo(json.dumps(data, indent=1))
         return
-    from tabulate import tabulate
+    from tabulate import tabulate  # type: ignore[import-untyped]
 
     rows = [[b.batch, f"{b.bf16_stack_ms:.3f}", "n/a" if b.fp8_stack_ms is None else f"{b.fp8_stack_ms:.3f}",
              "n/a" if b.speedup is None else f"{b.speedup:.2f}x", f"{b.bf16_gbps:,.0f}",
