@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from quantrack.cli.options import model_options
 from quantrack.errors import BadInput
 
 _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
@@ -154,13 +155,7 @@ def _profile_note(req: Any) -> str:
 
 
 @click.command("plan")
-@click.option("--model", help="Catalog model name (see `quantrack catalog models`).")
-@click.option("--config", type=click.Path(dir_okay=False), help="A Hugging Face config.json.")
-@click.option("--gguf", type=click.Path(dir_okay=False), help="A GGUF file (metadata only is read).")
-@click.option("--params", help="Total parameter count, e.g. 8.03e9.")
-@click.option("--layers", help="Number of layers.")
-@click.option("--kv-heads", help="KV heads.")
-@click.option("--head-dim", help="Head dimension.")
+@model_options
 @click.option("--hidden-size", help="Hidden size (optional).")
 @click.option("--vocab-size", help="Vocabulary size (optional).")
 @click.option("--vram", help="Memory per GPU: 24 (= GiB), 24GiB, 16GB (decimal), 512MiB.")

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from quantrack.cli.options import model_options
 from quantrack.errors import BadInput
 
 _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
@@ -145,13 +146,7 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
 @click.option("--engine-version", help="Engine version, e.g. 0.33.0 (default: the version the rules were read from).")
 @click.option("--cuda", help="CUDA version the engine was built with, e.g. 12.4 (not the driver's).")
 @click.option("--mig/--no-mig", default=None, help="The catalog GPU is a MIG slice (NVML reports it with --gpu auto).")
-@click.option("--model", help="Catalog model name.")
-@click.option("--config", type=click.Path(dir_okay=False), help="A Hugging Face config.json.")
-@click.option("--gguf", type=click.Path(dir_okay=False), help="A GGUF file (metadata only is read).")
-@click.option("--params", help="Total parameter count, e.g. 8.03e9.")
-@click.option("--layers", help="Number of layers.")
-@click.option("--kv-heads", help="KV heads.")
-@click.option("--head-dim", help="Head dimension.")
+@model_options
 @click.option("--arm", multiple=True, help="Preset (bf16, fp8, fp8-kv, kv-fp8, int8, w4a16, awq, gptq) or weights=..,kv=..")
 @click.option("--study", type=click.Path(dir_okay=False), help="A study file (TOML) instead of --arm.")
 @click.option("--util", type=float, help="GPU memory utilisation (vLLM) / mem fraction (SGLang).")

@@ -1,0 +1,25 @@
+"""Option groups shared by several commands (one definition, one help text)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+_MODEL_OPTIONS = (
+    click.option("--model", help="Catalog model name (see `quantrack catalog models`)."),
+    click.option("--config", type=click.Path(dir_okay=False), help="A Hugging Face config.json."),
+    click.option("--gguf", type=click.Path(dir_okay=False), help="A GGUF file (metadata only is read)."),
+    click.option("--params", help="Total parameter count, e.g. 8.03e9."),
+    click.option("--layers", help="Number of layers."),
+    click.option("--kv-heads", help="KV heads."),
+    click.option("--head-dim", help="Head dimension."),
+)
+
+
+def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The ways to name a model for capacity arithmetic: catalog, config.json, GGUF, or explicit shapes."""
+    for opt in reversed(_MODEL_OPTIONS):
+        f = opt(f)
+    return f
