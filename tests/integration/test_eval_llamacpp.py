@@ -21,12 +21,9 @@ N = 10
 
 
 @pytest.fixture
-def base_url(request: pytest.FixtureRequest) -> str:
-    try:
-        url = request.getfixturevalue("llamacpp_server")
-    except pytest.FixtureLookupError:
-        pytest.skip("fixture llamacpp_server not available (tests/integration/conftest.py)")
-    return str(url)
+def base_url(llamacpp_server: str) -> str:
+    """conftest's shared llama.cpp server (real SmolLM2 GGUF on 127.0.0.1)."""
+    return str(llamacpp_server)
 
 
 def test_gsm8k_ten_questions_records_counts_and_resume(base_url: str, tmp_path: Path) -> None:
