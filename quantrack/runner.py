@@ -286,8 +286,9 @@ def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path,
     if not model:
         raise StepError(f"the baseline arm {baseline.name!r} has no model file to serve")
     # one slot (KL requests are sequential per server) and one thread: the candidate keeps its own threads
+    util = ev.kl_baseline_util if ev.kl_baseline_util is not None else study.gpu.util
     srv = server_for_arm(study.engine.kind, model, baseline, host=study.engine.host, context_len=study.context_len,
-                         parallel=1, extra_args=(*study.engine.args, "-t", "1") if study.engine.kind == "llamacpp"
+                         util=None if study.engine.kind == "llamacpp" else util, parallel=1, extra_args=(*study.engine.args, "-t", "1") if study.engine.kind == "llamacpp"
                          else tuple(study.engine.args), env=dict(study.engine.env), binary=study.engine.binary,
                          log_path=workdir / f"{arm.name}-kl-baseline-server.log",
                          startup_timeout=study.engine.ready_timeout_s)
@@ -394,7 +395,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 out.eval, out.eval_records = _run_step(
                     out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir))
                 _say_eval(say, arm, out.eval, out.step_s.get("eval"))
-            if study.eval.kl_tokens and not arm.baseline:
+            if study.kl_wanted(arm):
                 if opts.base_url:
                     out.steps.append("kl: not run (--base-url: quantrack serves no baseline next to it)")
                 else:
@@ -597,7 +598,7 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
         rec.param("eval_max_tokens", study.eval.max_tokens)
         rec.param("eval_seed", study.eval.seed)
         rec.param("eval_style", study.eval.style)
-    if study.eval.kl_tokens and not arm.baseline:
+    if study.kl_wanted(arm):
         rec.param("kl_tokens", study.eval.kl_tokens)
         rec.param("kl_top_k", study.eval.kl_top_k)
         rec.param("kl_baseline", study.baseline.name)

@@ -95,6 +95,10 @@ class EvalSpec:
     style: str = "vllm"
     kl_tokens: int = 0  # 0 = no KL fidelity run
     kl_top_k: int = 20
+    kl_arms: tuple[str, ...] = ()  # arms scored against the baseline; () = every non-baseline arm
+    # --gpu-memory-utilization / --mem-fraction-static of the KL baseline server, which runs beside the candidate
+    # on the same GPU (None = [gpu] util): on a GPU both must fit, e.g. 0.45 each.
+    kl_baseline_util: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,15 @@ class Study:
     @property
     def baseline(self) -> Arm:
         return next(a for a in self.arms if a.baseline)
+
+    def kl_wanted(self, arm: Arm) -> bool:
+        """Whether ``arm`` gets a KL / top-1 run against the baseline ([eval] kl; the baseline itself only when
+        ``kl.arms`` names it: a self-check whose expected result is agreement 1.0, KL 0)."""
+        if not self.eval.kl_tokens:
+            return False
+        if self.eval.kl_arms:
+            return arm.name in self.eval.kl_arms
+        return not arm.baseline
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -222,6 +235,11 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
     except BadInput as exc:
         raise bad(str(exc)) from None
 
+    unknown_kl = [n for n in sections["eval"].kl_arms if n not in names]
+    if unknown_kl:
+        raise bad(f"[eval] kl.arms: no arm {unknown_kl[0]!r}{did_you_mean(unknown_kl[0], names)}; "
+                  f"arms: {', '.join(names)}")
+
     ctx = data.get("context_len", 4096)
     par = data.get("parallel", 1)
     if not isinstance(ctx, int) or ctx < 1:
@@ -238,18 +256,42 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
     )
 
 
+_KL_KEYS = {"tokens": "kl_tokens", "top_k": "kl_top_k", "arms": "kl_arms", "baseline_util": "kl_baseline_util"}
+
+
+def _kl_table(kl: Any, where: str, bad: Any) -> dict[str, Any]:
+    """``kl = { tokens, top_k, arms, baseline_util }`` -> EvalSpec fields, each checked."""
+    if not isinstance(kl, dict):
+        raise bad(f"{where} kl must be a table like {{ tokens = 2000, top_k = 20 }}")
+    out: dict[str, Any] = {}
+    for k, v in kl.items():
+        if k not in _KL_KEYS:
+            raise bad(f"{where} kl: unknown key {k!r}{did_you_mean(k, _KL_KEYS)}")
+        if k in ("tokens", "top_k") and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "tokens" else 1)):
+            raise bad(f"{where} kl.{k} must be a {'non-negative' if k == 'tokens' else 'positive'} integer, got {v!r}")
+        if k == "arms" and (not isinstance(v, list) or not all(isinstance(a, str) and a for a in v)):
+            raise bad(f"{where} kl.arms must be a list of arm names, got {v!r}")
+        if k == "baseline_util" and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= 1):
+            raise bad(f"{where} kl.baseline_util must be a fraction in (0, 1], got {v!r}")
+        out[_KL_KEYS[k]] = tuple(v) if k == "arms" else float(v) if k == "baseline_util" else v
+    return out
+
+
 def _build(cls: type, sec: dict[str, Any], where: str, bad: Any) -> Any:
     import dataclasses
 
     fields = {f.name: f for f in dataclasses.fields(cls)}
     # friendly spellings
     sec = dict(sec)
-    if cls is EvalSpec and isinstance(sec.get("kl"), dict):
-        kl = sec.pop("kl")
-        sec.setdefault("kl_tokens", kl.get("tokens", 0))
-        sec.setdefault("kl_top_k", kl.get("top_k", 20))
     kwargs: dict[str, Any] = {}
+    if cls is EvalSpec and "kl" in sec:
+        kwargs.update(_kl_table(sec.pop("kl"), where, bad))  # checked there, typed as the fields want
     for k, v in sec.items():
+        if k.startswith("kl_") and k in kwargs:
+            raise bad(f"{where} {k} given twice (also in the kl table)")
+        if k in ("kl_arms", "kl_baseline_util"):
+            kwargs.update(_kl_table({k[3:]: v}, where, bad))
+            continue
         if k not in fields:
             raise bad(f"{where} unknown key {k!r}{did_you_mean(k, fields)}")
         default = fields[k].default

@@ -187,7 +187,7 @@ def test_study_launch_has_the_studys_binary_args_and_env(capsys):
     assert code == 0
     fp8 = result(data, "fp8")
     assert fp8["launch"] == ["/root/bin/vllm", "serve", "/root/llama8b-rand", "--host", "127.0.0.1", "--port", "8000",
-                             "--quantization", "fp8", "--gpu-memory-utilization", "0.92", "--max-model-len", "8192",
+                             "--quantization", "fp8", "--gpu-memory-utilization", "0.45", "--max-model-len", "8192",
                              "--attention-backend", "FLASH_ATTN"]
     assert fp8["launch_env"] == {"PYTHONPATH": "/root/vs/vsite", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
     marlin = result(data, "fp8-marlin")

@@ -1,0 +1,124 @@
+"""[eval] kl in a study file: which arms are scored, and the KL baseline server's memory share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quantrack.errors import BadInput
+from quantrack.study import load_study
+
+HEAD = '''
+name = "h200"
+[model]
+name = "Llama-3-8B"
+path = "/models/llama"
+[engine]
+kind = "vllm"
+[gpu]
+name = "H200"
+util = 0.45
+[eval]
+{kl}
+[[arms]]
+name = "bf16"
+weights = "bf16"
+baseline = true
+[[arms]]
+name = "fp8"
+weights = "fp8"
+quantization = "fp8"
+[[arms]]
+name = "fp8-kv"
+weights = "fp8"
+kv = "fp8"
+quantization = "fp8"
+'''
+
+
+def study(tmp_path: Path, kl: str) -> Any:
+    p = tmp_path / "study.toml"
+    p.write_text(HEAD.replace("{kl}", kl), encoding="utf-8")
+    return load_study(p)
+
+
+def wanted(s: Any) -> list[str]:
+    return [a.name for a in s.arms if s.kl_wanted(a)]
+
+
+def test_default_scores_every_candidate_not_the_baseline(tmp_path: Path) -> None:
+    s = study(tmp_path, "kl = { tokens = 400, top_k = 20 }")
+    assert (s.eval.kl_tokens, s.eval.kl_top_k, s.eval.kl_arms, s.eval.kl_baseline_util) == (400, 20, (), None)
+    assert wanted(s) == ["fp8", "fp8-kv"]
+
+
+def test_no_kl_table_scores_nothing(tmp_path: Path) -> None:
+    assert wanted(study(tmp_path, 'task = "gsm8k"')) == []
+
+
+def test_arms_choose_and_may_name_the_baseline_as_a_self_check(tmp_path: Path) -> None:
+    s = study(tmp_path, 'kl = { tokens = 4000, arms = ["bf16", "fp8"], baseline_util = 0.45 }')
+    assert wanted(s) == ["bf16", "fp8"]
+    assert s.eval.kl_baseline_util == 0.45 and s.eval.kl_top_k == 20
+
+
+def test_flat_keys_work_too(tmp_path: Path) -> None:
+    s = study(tmp_path, 'kl_tokens = 100\nkl_arms = ["fp8-kv"]\nkl_baseline_util = 0.4')
+    assert wanted(s) == ["fp8-kv"] and s.eval.kl_baseline_util == 0.4
+
+
+@pytest.mark.parametrize("kl, message", [
+    ('kl = { tokens = 400, arms = ["fp9"] }', "kl.arms: no arm 'fp9'"),
+    ("kl = { tokens = 400, baseline_util = 1.5 }", "kl.baseline_util must be a fraction"),
+    ("kl = { tokens = 400, base_util = 0.4 }", "kl: unknown key 'base_util'"),
+    ('kl = { tokens = "many" }', "kl.tokens must be a non-negative integer"),
+    ("kl = { tokens = 400, top_k = 0 }", "kl.top_k must be a positive integer"),
+    ('kl = { tokens = 400, arms = "fp8" }', "kl.arms must be a list of arm names"),
+    ("kl = 400", "kl must be a table"),
+    ("kl_tokens = 5\nkl = { tokens = 400 }", "kl_tokens given twice"),
+])
+def test_bad_kl_tables_are_one_line_errors(tmp_path: Path, kl: str, message: str) -> None:
+    with pytest.raises(BadInput, match="^[^\n]*$") as exc:
+        study(tmp_path, kl)
+    assert message in str(exc.value)
+
+
+def test_kl_baseline_server_gets_the_kl_util_and_the_baseline_arm(tmp_path: Path, monkeypatch) -> None:
+    """The baseline served for KL runs beside the candidate: it must get its own memory share."""
+    import quantrack.accuracy.kl as kl_mod
+    import quantrack.engines.lifecycle as life
+    from quantrack.runner import step_kl
+
+    seen: dict[str, Any] = {}
+
+    class FakeServer:  # stands in for the engine process only; the wiring is what is tested
+        base_url, pid = "http://127.0.0.1:1", 1
+
+        def __enter__(self) -> FakeServer:  # noqa: PYI034
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            seen["stopped"] = True
+
+    def fake_server_for_arm(engine: str, model: str, arm: Any, **kw: Any) -> FakeServer:
+        seen.update(engine=engine, model=model, arm=arm.name, **kw)
+        return FakeServer()
+
+    def fake_run_kl(base: str, cand: str, engine: str, **kw: Any) -> str:
+        seen.update(kl_base=base, kl_cand=cand, tokens=kw["tokens"], top_k=kw["top_k"])
+        return "result"
+
+    monkeypatch.setattr(life, "server_for_arm", fake_server_for_arm)
+    monkeypatch.setattr(kl_mod, "run_kl", fake_run_kl)
+    s = study(tmp_path, 'kl = { tokens = 300, top_k = 10, arms = ["fp8"], baseline_util = 0.4 }')
+    out = step_kl(s, s.arm("fp8"), "http://127.0.0.1:2", s.baseline, tmp_path, lambda _m: None)
+    assert out == "result" and seen["stopped"]
+    assert (seen["engine"], seen["model"], seen["arm"], seen["util"]) == ("vllm", "/models/llama", "bf16", 0.4)
+    assert (seen["kl_base"], seen["kl_cand"], seen["tokens"], seen["top_k"]) == (
+        "http://127.0.0.1:1", "http://127.0.0.1:2", 300, 10)
+    # without baseline_util the study's [gpu] util is used
+    s = study(tmp_path, "kl = { tokens = 300 }")
+    step_kl(s, s.arm("fp8"), "http://127.0.0.1:2", s.baseline, tmp_path, lambda _m: None)
+    assert seen["util"] == 0.45
