@@ -151,6 +151,9 @@ def reconcile(path: str | Path, model: str, gpu: str | None = None, util: float 
     if report.engine != "vllm" and (max_num_batched_tokens or max_num_seqs):
         raise BadInput(f"--max-num-batched-tokens / --max-num-seqs are vLLM's profile settings; this is a "
                        f"{report.engine} log")
+    if report.engine == "vllm":  # the settings the log says it ran with ("non-default args"), unless given
+        max_num_batched_tokens = max_num_batched_tokens or report.extra.get("max_num_batched_tokens")
+        max_num_seqs = max_num_seqs or report.extra.get("max_num_seqs")
     shape = get_model(model)
     arm = arm_from_report(report)
     ctx = context_len or report.max_concurrency_context or report.extra.get("max_model_len") \

@@ -73,6 +73,10 @@ _PROF_KV = re.compile(r"(?:the rest of the memory reserved for KV Cache is|avail
 _PROF_TOTAL = re.compile(r"total_gpu_memory[=\s]+\(?([\d.]+)\s*GiB")
 _PROF_UTIL = re.compile(r"gpu_memory_utilization[=\s]+\(?([\d.]+)")
 _AVAIL_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+# logger.info("non-default args: %s", non_default_args): a Python dict repr of the flags the user changed
+# (vllm 0.25.0: vllm/entrypoints/serve/utils/api_utils.py:L273; real line in tests/data/logs/h200-util045).
+_NON_DEFAULT = {k: re.compile(rf"'{k}': ([\d.]+)[,}}]") for k in
+                ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")}
 # "%s KV cache size: %s tokens[, Maximum concurrency for %s tokens per request: %.2fx]"
 _KV_TOKENS = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
 _MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
@@ -144,6 +148,13 @@ def _weights(b: ReportBuilder, ln: Line) -> None:
             if rx is _WEIGHTS_V0:
                 b.extra("weights_unit_note", "vLLM v0 prints 'GB' for GiB (bytes / 2**30)")
             return
+
+
+def _non_default_args(b: ReportBuilder, ln: Line) -> None:
+    for key, rx in _NON_DEFAULT.items():
+        m = rx.search(ln.text)
+        if m and b.report.extra.get(key) is None:
+            b.extra(key, parse_float(m.group(1)) if key == "gpu_memory_utilization" else parse_int(m.group(1)))
 
 
 def _profiling(b: ReportBuilder, ln: Line) -> None:
@@ -273,6 +284,7 @@ _KVG = done_when("available_kv_gib")
 _LK = done_when("linear_kernel")
 RULES: list[RuleSpec] = [
     ("LLM engine (", _banner, done_when("engine_version", "dtype")),
+    ("non-default args:", _non_default_args),
     ("version ", _version, done_when("engine_version")),
     ("Model loading took", _weights, _W),
     ("Loading model weights took", _weights, _W),

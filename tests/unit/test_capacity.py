@@ -129,6 +129,29 @@ def test_sglang_default_mem_fraction_matches_log(shared_data: Path) -> None:
     assert sglang_default_mem_fraction(get_gpu("H200").total_bytes) == logged
 
 
+# --- the same card at memory fraction 0.45 (second H200 session; startup logs kept verbatim in tests/data) --------
+
+H200_045 = Path(__file__).resolve().parents[1] / "data" / "logs" / "h200-util045"
+
+
+@pytest.mark.parametrize(("engine", "arm", "log", "pattern", "tolerance"), [
+    ("vllm", "bf16", "vllm-0.25.0-bf16.log", _VLLM, 0.007),      # -0.58%
+    ("vllm", "fp8-kv", "vllm-0.25.0-fp8kv.log", _VLLM, 0.005),   # -0.38%
+    ("sglang", "bf16", "sglang-0.5.16-bf16.log", _SGL, 0.003),   # +0.15%
+    ("sglang", "fp8-kv", "sglang-0.5.16-fp8kv.log", _SGL, 0.007),  # +0.62%
+])
+def test_prediction_at_util_045_vs_h200_logs(engine: str, arm: str, log: str, pattern: re.Pattern[str],
+                                            tolerance: float) -> None:
+    """Calibrated at 0.92 / 0.903; these logs were taken at 0.45 and nothing was refitted."""
+    text = (H200_045 / log).read_text(encoding="utf-8")
+    assert ("--gpu-memory-utilization 0.45" in text or "'gpu_memory_utilization': 0.45" in text
+            or "mem_fraction_static=0.45" in text)
+    observed = int(_grab(H200_045 / log, pattern).replace(",", ""))
+    pred = predict_engine(H200_LLAMA, get_gpu("H200").total_bytes, parse_arm_spec(arm), engine, util=0.45,
+                          context_len=8192, gpu_name="H200")
+    assert abs(pred.engine_tokens / observed - 1) < tolerance, (pred.engine_tokens, observed)
+
+
 # --- llama.cpp: exact -----------------------------------------------------------------------------------------
 
 _LCPP = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "

@@ -269,3 +269,17 @@ def test_cli_logs_reconcile(shared_data: Path, capsys: pytest.CaptureFixture[str
     assert exc.value.code == 2
     assert capsys.readouterr().err == ("quantrack: error: --gpu is required for a GPU engine's log "
                                        "(e.g. --gpu H200)\n")
+
+
+def test_non_default_args_give_the_memory_setting_and_scheduler_limits() -> None:
+    """Real vLLM 0.25.0 log taken at --gpu-memory-utilization 0.45 (second H200 session)."""
+    log = Path(__file__).resolve().parents[1] / "data" / "logs" / "h200-util045" / "vllm-0.25.0-bf16.log"
+    r = parse_vllm_log(log.read_text(encoding="utf-8").splitlines())
+    assert r.extra["gpu_memory_utilization"] == 0.45
+    assert r.kv_cache_tokens == 381_920 and r.available_kv_gib == 46.62
+    assert "max_num_seqs" not in r.extra  # not given, so not in the non-default args
+    line = ("(APIServer pid=7) INFO 11-30 12:28:11 [api_utils.py:273] non-default args: {'model': '/m', "
+            "'max_num_batched_tokens': 4096, 'max_num_seqs': 64, 'gpu_memory_utilization': 0.8}")
+    r = parse_vllm_log([line])
+    assert (r.extra["max_num_batched_tokens"], r.extra["max_num_seqs"], r.extra["gpu_memory_utilization"]) == (
+        4096, 64, 0.8)
