@@ -226,6 +226,15 @@ def _arm_model_ref(req: PreflightRequest, arm: Arm) -> str | None:
     return served if served in req.unprovisioned else None
 
 
+def _kl_util_sum(req: PreflightRequest) -> float | None:
+    """vLLM + a KL run in the study: the two servers' memory fractions on one GPU (vLLM 0.25 default util 0.92)."""
+    st = req.study
+    if st is None or req.engine != "vllm" or not any(st.kl_wanted(a) for a in st.arms):
+        return None
+    util = req.util if req.util is not None else 0.92  # vllm 0.25.0 vllm/config/cache.py:L68
+    return round(util + (st.eval.kl_baseline_util if st.eval.kl_baseline_util is not None else util), 4)
+
+
 def run_preflight(req: PreflightRequest) -> PreflightReport:
     """Evaluate every arm on every GPU; derived capacity and the launch command for runnable arms."""
     req.validate()
@@ -234,7 +243,8 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
     version = req.engine_version or str(table["assumed_version"])
     ctx = StudyContext(arms=tuple(req.arms), eval_questions=req.eval_questions,
                        model_params=req.model.params if req.model else None, tp=req.tp,
-                       engine_env=tuple(req.study.engine.env) if req.study is not None else ())
+                       engine_env=tuple(req.study.engine.env) if req.study is not None else (),
+                       kl_util_sum=_kl_util_sum(req))
     notes: list[str] = []
     if assumed and req.engine != "llamacpp":
         notes.append(f"--engine-version not given: rules assume {req.engine} {version}, the version the facts were read from")

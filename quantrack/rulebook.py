@@ -52,12 +52,13 @@ MATCH_KEYS: dict[str, str] = {
     "weights_share_max": "float",  # bf16 weights / GPU memory (per TP rank), derived
     "conflated": "bool",  # FP8 weights + FP8 KV in one arm, and no arm isolates either
     "eval_questions_max": "int",  # accuracy sample size (study-level)
+    "kl_util_sum_min": "float",  # vLLM: candidate util + KL baseline util on one GPU (study-level)
     # the engine's environment for this arm (study [engine] env + the arm's env): {NAME = true|false|"value"}
     "env": "env",
 }
 # How vLLM (envs.py: value.strip().lower() in ("1", "true")) and SGLang (get_bool_env_var) read a boolean variable.
 _ENV_TRUE = ("1", "true")
-STUDY_KEYS = frozenset({"eval_questions_max"})
+STUDY_KEYS = frozenset({"eval_questions_max", "kl_util_sum_min"})
 RULE_KEYS = frozenset({"id", "verdict", "message", "fix", "source", "match", "check", "log_lines", "notes"})
 CHECKS = ("method-name", "method-min-capability", "kv-dtype")
 _RANGES = (("cc_min", "cc_max"), ("engine_version_min", "engine_version_max"), ("cuda_min", "cuda_max"))
@@ -125,6 +126,8 @@ class StudyContext:
     model_params: float | None = None
     tp: int = 1
     engine_env: tuple[tuple[str, str], ...] = ()  # the study's [engine] env; an arm's own env wins over it
+    # vLLM with a KL run: the candidate's --gpu-memory-utilization + the KL baseline's (None = no such run)
+    kl_util_sum: float | None = None
 
 
 # ---------------------------------------------------------------- versions and facts
@@ -569,7 +572,11 @@ def evaluate_study(ctx: StudyContext, rules: Iterable[Rule] | None = None) -> li
         want = rule.match.get("eval_questions_max")
         if want is not None and (ctx.eval_questions is None or ctx.eval_questions > want):
             continue
-        msg = rule.message.replace("{eval_questions}", str(ctx.eval_questions))
+        floor = rule.match.get("kl_util_sum_min")
+        if floor is not None and (ctx.kl_util_sum is None or ctx.kl_util_sum < floor):
+            continue
+        msg = rule.message.replace("{eval_questions}", str(ctx.eval_questions)).replace(
+            "{kl_util_sum}", f"{ctx.kl_util_sum:g}" if ctx.kl_util_sum is not None else "?")
         out.append(Verdict(rule.id, rule.verdict, msg, rule.fix, rule.source, rule.log_lines))
     return out
 

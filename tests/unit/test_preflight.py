@@ -408,3 +408,18 @@ def test_cached_path_finds_provisioned_files_only(tmp_path, monkeypatch):
         models_ref.cached_path("smollm2:Q5_0")
     with pytest.raises(BadInput, match="unknown model reference 'tinyllama'"):
         cached_model_ref("tinyllama:F16")
+
+
+def test_kl_baseline_without_room_on_the_gpu_warns(capsys, tmp_path):
+    """vLLM refuses to start when free memory < its util share: the candidate + the KL baseline must fit."""
+    text = (EXAMPLES / "gpu" / "h200-vllm.toml").read_text()
+    code, data = run_json(capsys, "--study", str(EXAMPLES / "gpu" / "h200-vllm.toml"), "--gpu", "H200")
+    assert "kl-baseline-no-room" not in [v["rule"] for v in data["study"]]  # 0.45 + 0.45
+    path = tmp_path / "s.toml"
+    path.write_text(text.replace("util = 0.45\n", "util = 0.92\n", 1))
+    code, data = run_json(capsys, "--study", str(path), "--gpu", "H200")
+    kl = [v for v in data["study"] if v["rule"] == "kl-baseline-no-room"]
+    assert code == 0 and len(kl) == 1 and kl[0]["verdict"] == "warn" and "add up to 1.37" in kl[0]["message"]
+    path.write_text(text.replace("util = 0.45\n", "", 1).replace(', baseline_util = 0.45', ''))  # both 0.92
+    code, data = run_json(capsys, "--study", str(path), "--gpu", "H200")
+    assert any("add up to 1.84" in v["message"] for v in data["study"])
