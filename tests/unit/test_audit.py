@@ -161,7 +161,7 @@ def test_fp8_probe_column_and_warning() -> None:
     assert {r.fp8_probe for r in without.rows} == {None} and "—" in render(without)
 
 
-H200_STORE = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "h200-mlflow-store.tar.gz"
+H200_STORE = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "h200-mlflow-store-session1.tar.gz"
 
 
 def test_real_h200_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

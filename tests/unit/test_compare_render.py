@@ -402,7 +402,7 @@ def test_latest_finished_run_shown_others_counted(logged: list[RunRow]) -> None:
     assert not any(n.startswith("several runs") for n in build_table(EXPERIMENT, logged).notes)
 
 
-H200_STORE = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "h200-mlflow-store.tar.gz"
+H200_STORE = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "h200-mlflow-store-session1.tar.gz"
 
 
 @pytest.fixture(scope="module")
@@ -426,3 +426,28 @@ def test_real_h200_store_rerun_after_failure(h200_uri: str) -> None:
     assert t.skipped == {"bf16": {"FAILED": 1}}
     assert "bf16: latest FINISHED run shown, 1 other run skipped (FAILED 1)" in t.notes[-1]
     assert "$ / 1M out tok (derived, @c64)" in t.headers()  # the sweep measured 1, 16, 64
+
+
+H200_STORE_2 = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "h200-mlflow-store.tar.gz"
+
+
+def test_real_h200_session2_store_has_kl_per_arm(tmp_path: Path) -> None:
+    """Session 2 (util 0.45, KL beside each arm): self-checks exact, every FP8 arm measured, Marlin not on SGLang."""
+    import tarfile
+
+    if not H200_STORE_2.is_file():
+        pytest.skip(f"{H200_STORE_2} not present")
+    with tarfile.open(H200_STORE_2) as tar:
+        tar.extractall(tmp_path, filter="data")
+    uri = f"sqlite:///{tmp_path}/qt-mlruns/mlflow.db"
+    for exp, scored in (("h200-vllm", {"bf16", "fp8", "fp8-kv", "fp8-marlin"}), ("h200-sglang", {"bf16", "fp8",
+                                                                                                   "fp8-kv"})):
+        t = compare_experiment(exp, None, uri)
+        rows = {r["arm"]: r for r in t.rows}
+        assert set(rows) == {"bf16", "fp8", "fp8-kv", "fp8-marlin"}
+        assert all(r["status"] == "finished" and r["tpot_ms"] != FILL for r in rows.values())
+        assert {a for a, r in rows.items() if r["kl"] != FILL} == scored
+        m = {r["arm"]: r["metrics"] for r in t.raw}
+        assert m["bf16"]["kl_top1_agree"] == 1.0 and m["bf16"]["kl_mean"] < 1e-9  # the self-check
+        for arm in ("fp8", "fp8-kv"):
+            assert 0.0 < m[arm]["kl_top1_agree"] < 0.5 and 1e-4 < m[arm]["kl_mean"] < 1e-2
