@@ -74,6 +74,20 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
     binary: str | None = None
 
+    def server_flags(self, util: str, context: str, tp: str) -> list[str]:
+        """The memory / context / TP / served-name flags of a GPU server, under this engine's spellings;
+        the arm's own args and the study's extra args come last, so they win."""
+        out: list[str] = []
+        if self.util is not None:
+            out += [util, f"{self.util:g}"]
+        if self.context_len:
+            out += [context, str(self.context_len)]
+        if self.tp and self.tp != 1:
+            out += [tp, str(self.tp)]
+        if self.served_name:
+            out += ["--served-model-name", self.served_name]
+        return out + list(self.arm.engine_args) + list(self.extra_args)
+
 
 class EngineAdapter(ABC):
     """One per engine, registered by ``kind`` in ``quantrack.engines``."""

@@ -273,16 +273,8 @@ class SglangAdapter(EngineAdapter):
         model = spec.arm.model or spec.model
         head = [spec.binary] if spec.binary else [sys.executable, "-m", "sglang.launch_server"]
         argv = head + ["--model-path", model, "--host", spec.host, "--port", str(spec.port)]
-        argv += sglang_flags(spec.arm)
-        if spec.util is not None:
-            argv += ["--mem-fraction-static", f"{spec.util:g}"]
-        if spec.context_len:
-            argv += ["--context-length", str(spec.context_len)]
-        if spec.tp and spec.tp != 1:
-            argv += ["--tp-size", str(spec.tp)]
-        if spec.served_name:
-            argv += ["--served-model-name", spec.served_name]
-        return argv + list(spec.arm.engine_args) + list(spec.extra_args)
+        return argv + sglang_flags(spec.arm) + spec.server_flags("--mem-fraction-static", "--context-length",
+                                                                 "--tp-size")
 
     def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
         return parse_sglang_log(lines, source)

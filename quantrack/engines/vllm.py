@@ -392,16 +392,8 @@ class VllmAdapter(EngineAdapter):
     def launch_argv(self, spec: LaunchSpec) -> list[str]:
         model = spec.arm.model or spec.model
         argv = [spec.binary or "vllm", "serve", model, "--host", spec.host, "--port", str(spec.port)]
-        argv += vllm_flags(spec.arm)
-        if spec.util is not None:
-            argv += ["--gpu-memory-utilization", f"{spec.util:g}"]
-        if spec.context_len:
-            argv += ["--max-model-len", str(spec.context_len)]
-        if spec.tp and spec.tp != 1:
-            argv += ["--tensor-parallel-size", str(spec.tp)]
-        if spec.served_name:
-            argv += ["--served-model-name", spec.served_name]
-        return argv + list(spec.arm.engine_args) + list(spec.extra_args)
+        return argv + vllm_flags(spec.arm) + spec.server_flags("--gpu-memory-utilization", "--max-model-len",
+                                                               "--tensor-parallel-size")
 
     def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
         return parse_vllm_log(lines, source)
