@@ -1,0 +1,95 @@
+"""Progress narration: one line per step result, what was measured and what was derived, on the
+progress callback (the CLI prints it to stderr)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.run.outcome import ArmOutcome, Progress
+from quantrack.run.record import _num, kv_figures
+from quantrack.run.steps import sweep_rows
+
+
+def _say_capacity(say: Progress, arm: Arm, out: ArmOutcome) -> None:
+    rep, figs = out.log_report, kv_figures(out)
+    reported = getattr(rep, "kv_cache_tokens", None)
+    predicted = _num(out.predicted, "engine_tokens") if out.predicted is not None else None
+    parts = []
+    if predicted is not None or reported is not None:
+        parts.append(f"KV tokens predicted {_fmt_int(predicted)} (derived) vs reported {_fmt_int(reported)} (log)")
+    if "kv_mib_predicted" in figs or "kv_mib_reported" in figs:
+        parts.append(f"KV MiB predicted {figs.get('kv_mib_predicted', 'n/a')} vs reported "
+                     f"{figs.get('kv_mib_reported', 'n/a')}")
+    if predicted and reported is not None:
+        parts.append(f"capacity error {(reported - predicted) / predicted * 100:+.2f}%")
+    if parts:
+        say(f"[{arm.name}] capacity: {'; '.join(parts)}")
+
+
+def _fmt_int(x: float | None) -> str:
+    return "n/a" if x is None else f"{round(x):,}"
+
+
+def _took(seconds: float | None) -> str:
+    return "" if seconds is None else f" [{seconds:.0f} s]"
+
+
+def _say_latency(say: Progress, arm: Arm, lat: Any, seconds: float | None = None) -> None:
+    st = lat.stats() if hasattr(lat, "stats") else {}
+    tpot, srv, ttft = st.get("tpot_ms"), st.get("server_tpot_ms"), st.get("ttft_ms")
+    if tpot is None:
+        say(f"[{arm.name}] latency: no successful sample")
+        return
+    line = f"[{arm.name}] latency: TPOT median {tpot.median:.2f} ms (client)"
+    if srv is not None:
+        diff = lat.tpot_vs_server_median_pct()
+        line += f", server {srv.median:.2f} ms (llama.cpp timings)" if lat.engine == "llamacpp" else \
+            f", server {srv.median:.2f} ms"
+        if diff is not None:
+            line += f", difference {diff:+.2f}%"
+    if ttft is not None:
+        line += f"; TTFT median {ttft.median:.1f} ms"
+    say(line + f" (n={len(lat.ok_samples)}){_took(seconds)}")
+
+
+def _say_sweep(say: Progress, arm: Arm, sweep: Any, seconds: float | None = None) -> None:
+    cells = []
+    for r in sweep_rows(sweep):
+        tps = r.get("output_tok_s")
+        cells.append(f"c{r.get('concurrency')}: {tps:.1f} tok/s" if isinstance(tps, (int, float)) else
+                     f"c{r.get('concurrency')}: n/a")
+    if cells:
+        say(f"[{arm.name}] sweep: output throughput {', '.join(cells)} (measured){_took(seconds)}")
+
+
+def _say_eval(say: Progress, arm: Arm, ev: Any, seconds: float | None = None) -> None:
+    acc, n = _num(ev, "accuracy"), _num(ev, "n")
+    lo, hi = _num(ev, "ci_low"), _num(ev, "ci_high")
+    if acc is None:
+        say(f"[{arm.name}] eval: no question answered")
+        return
+    ci = f", 95% interval {lo * 100:.0f}-{hi * 100:.0f}%" if lo is not None and hi is not None else ""
+    say(f"[{arm.name}] eval: GSM8K {acc * 100:.0f}% of {int(n or 0)} questions{ci} (measured; a small "
+        f"sample: the interval, not the point, is the result){_took(seconds)}")
+
+
+def _say_log(say: Progress, arm: Arm, rep: Any) -> None:
+    if rep is None:
+        return
+    parts = []
+    if getattr(rep, "weights_gib", None) is not None:
+        parts.append(f"weights {rep.weights_gib} GiB")
+    extra = getattr(rep, "extra", None) or {}
+    if extra.get("file_type"):
+        parts.insert(0, f"file type {extra['file_type']}")
+    if getattr(rep, "kv_cache_tokens", None) is not None:
+        parts.append(f"KV {rep.kv_cache_tokens:,} tokens")
+    if extra.get("kv_mib") is not None:
+        parts.append(f"KV {extra['kv_mib']} MiB (K {extra.get('k_type')} {extra.get('k_mib')} MiB, "
+                     f"V {extra.get('v_type')} {extra.get('v_mib')} MiB)")
+    if getattr(rep, "attention_backend", None):
+        parts.append(f"attention {rep.attention_backend}")
+    if getattr(rep, "fallbacks", None):
+        parts.append("FALLBACK: " + ", ".join(e.kind for e in rep.fallbacks))
+    say(f"[{arm.name}] log: {'; '.join(parts) or 'no figures found'}")

@@ -1,0 +1,302 @@
+"""Study orchestration: every arm preflighted, served, measured and logged as one MLflow run.
+
+Per arm, as small steps (a missing or failing step fails that arm cleanly, the study goes on):
+
+    preflight verdict (rulebook)  -> a rejected arm is logged as rejected (status KILLED), never started
+    predicted capacity            (quantrack.capacity.predict_for_arm; derived)
+    serve                         (engine adapter launch argv + ManagedServer, log captured) or --base-url
+    parse startup log             (adapter.parse_log_file -> LogReport; measured)
+    live query                    (adapter.query)
+    latency                       (quantrack.measure.latency.measure_latency; measured)
+    sweep                         (quantrack.measure.sweep.run_sweep, when [sweep] concurrency is set)
+    eval                          (quantrack.accuracy.gsm8k.run_gsm8k, when [eval] task = "gsm8k")
+    speedup plot                  (quantrack.report.plots.plot_speedup: this arm's sweep vs the baseline's)
+    kl                            (quantrack.accuracy.kl.run_kl, when [eval] kl_tokens > 0, non-baseline arms)
+    -> one run (FINISHED, or FAILED with everything measured up to the failure), then the server stops.
+
+KL needs the baseline served next to the candidate. The baseline's own server is stopped when its arm ends
+(an idle server would share the cores with the next arm's latency timing); for each candidate a fresh
+baseline server (same file, same KV type, one slot) is started *after* the candidate's latency, sweep and
+eval, scored against, and stopped. Arm ``model`` values may be model references (``smollm2:Q8_0``,
+quantrack.models_ref), resolved to local files, provisioned on first use, before any arm runs.
+
+The study is a parent run; arms are nested runs in the same experiment. ``record_for_arm`` turns an
+``ArmOutcome`` into a ``RunRecord`` (pure) and is shared with ``quantrack log``. After the arms, the study
+prints the compare table of this study's runs (quantrack.report.compare) and the speedup plot paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.errors import BadInput, QuantrackError
+from quantrack.run.narrate import (
+    _say_capacity,
+    _say_eval,
+    _say_latency,
+    _say_log,
+    _say_sweep,
+    _took,
+)
+from quantrack.run.outcome import (
+    STATUS_REJECTED,
+    ArmOutcome,
+    Progress,
+    RunOptions,
+    StepError,
+    StudyResult,
+)
+from quantrack.run.record import _num, record_for_arm, study_record
+from quantrack.run.steps import (
+    node_facts,
+    step_eval,
+    step_kl,
+    step_latency,
+    step_parse_log,
+    step_plot,
+    step_predict,
+    step_preflight,
+    step_query,
+    step_serve,
+    step_sweep,
+)
+from quantrack.study import Study
+from quantrack.tracking import Logged, Tracker
+
+
+def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any]) -> Any:
+    """Run one step; any failure becomes a one-line StepError naming the step."""
+    t0 = time.perf_counter()
+    try:
+        value = fn()
+    except StepError as exc:
+        raise StepError(f"{name}: {exc}") from None
+    except ImportError as exc:
+        raise StepError(f"{name}: not available in this quantrack ({exc})") from None
+    except QuantrackError as exc:
+        raise StepError(f"{name}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - an engine or network failure fails the arm, not the study
+        raise StepError(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    outcome.steps.append(name)
+    outcome.step_s[name] = round(time.perf_counter() - t0, 2)
+    return value
+
+
+def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[str, Any],
+            progress: Progress, baseline: ArmOutcome | None = None) -> ArmOutcome:
+    """All steps of one arm; never raises for a step failure (the outcome says FAILED and where).
+
+    ``baseline``: the baseline arm's finished outcome (its sweep for the speedup plot; KL is measured
+    against its model when [eval] kl_tokens is set)."""
+    out = ArmOutcome(arm=arm, node=dict(node))
+    say = progress
+    t_arm = time.perf_counter()
+    try:
+        verdict, verdicts = _run_step(out, "preflight", lambda: step_preflight(study, arm, node))
+        out.verdict, out.verdicts = verdict, list(verdicts)
+        say(f"[{arm.name}] preflight: {verdict}")
+        if verdict == "reject":
+            out.status = STATUS_REJECTED
+            return out
+        with contextlib.suppress(StepError):  # a prediction is a comparison aid, not a reason to fail
+            out.predicted = _run_step(out, "predict", lambda: step_predict(study, arm, node))
+        with contextlib.ExitStack() as stack:
+            if opts.base_url:
+                out.base_url = opts.base_url
+                out.server_log = Path(opts.server_log) if opts.server_log else None
+            else:
+                out.base_url = _run_step(out, "serve", lambda: stack.enter_context(
+                    step_serve(study, arm, out, workdir, say)))
+            base_url = out.base_url
+            assert base_url is not None
+            if out.server_log is not None:
+                log = out.server_log
+                out.log_report = _run_step(out, "parse_log", lambda: step_parse_log(study, log))
+                _say_log(say, arm, out.log_report)
+            with contextlib.suppress(StepError):  # live facts are optional (not every engine exposes all)
+                out.live = _run_step(out, "query", lambda: step_query(study, base_url))
+            _say_capacity(say, arm, out)
+            lat = study.latency
+            say(f"[{arm.name}] latency: batch 1, {lat.input_tokens} in / {lat.output_tokens} out, "
+                f"{lat.warmup} warmup + {lat.iterations} iterations")
+            out.latency = _run_step(out, "latency", lambda: step_latency(study, arm, base_url, opts.api_key, say))
+            _say_latency(say, arm, out.latency, out.step_s.get("latency"))
+            if study.sweep.concurrency:
+                say(f"[{arm.name}] sweep: concurrency {list(study.sweep.concurrency)}")
+                out.sweep = _run_step(out, "sweep", lambda: step_sweep(study, arm, base_url, opts.api_key))
+                _say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
+                if baseline is not None and baseline.sweep is not None and not arm.baseline:
+                    with contextlib.suppress(StepError):  # a plot is a view of measured rows, not a measurement
+                        png = _run_step(out, "plot", lambda: step_plot(arm, out.sweep, baseline, workdir))
+                        out.plots[f"plots/{png.name}"] = png
+                        say(f"[{arm.name}] speedup plot vs {baseline.arm.name}: {png}")
+            if study.eval.task:
+                ev = study.eval
+                say(f"[{arm.name}] eval: {ev.task}, {ev.num_questions} questions, {ev.num_shots}-shot, "
+                    f"max_tokens {ev.max_tokens}")
+                out.eval, out.eval_records = _run_step(
+                    out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir))
+                _say_eval(say, arm, out.eval, out.step_s.get("eval"))
+            if study.kl_wanted(arm):
+                if opts.base_url:
+                    out.steps.append("kl: not run (--base-url: quantrack serves no baseline next to it)")
+                else:
+                    base_arm = baseline.arm if baseline is not None else study.baseline
+                    say(f"[{arm.name}] kl: {study.eval.kl_tokens} positions, top-{study.eval.kl_top_k}, "
+                        f"against {base_arm.name}")
+                    out.kl = _run_step(out, "kl", lambda: step_kl(study, arm, base_url, base_arm, workdir, say))
+                    say(f"[{arm.name}] kl: top-1 agreement {out.kl.top1_agree * 100:.1f}%, "
+                        f"mean KL {out.kl.kl_mean:.4f} nats over {out.kl.n_positions} positions (measured)"
+                        f"{_took(out.step_s.get('kl'))}")
+        out.status = "FINISHED"
+        say(f"[{arm.name}] done in {time.perf_counter() - t_arm:.0f} s")
+    except StepError as exc:
+        out.status, out.error = "FAILED", str(exc)
+        out.failed_step = str(exc).split(":", 1)[0]
+        say(f"[{arm.name}] FAILED at {exc}")
+    except KeyboardInterrupt:
+        out.status, out.error, out.failed_step = "KILLED", "interrupted", "interrupted"
+        raise
+    return out
+
+
+# --- the study ---------------------------------------------------------------------------------------------
+
+def _workdir(study: Study, opts: RunOptions) -> Path:
+    if opts.workdir is not None:
+        d = Path(opts.workdir)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        d = Path(".quantrack-cache") / "runs" / study.name / stamp
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def run_study(study: Study, opts: RunOptions | None = None, progress: Progress | None = None,
+              tracker: Tracker | None = None) -> StudyResult:
+    """Run (or measure, with --base-url) every arm of a study and log each as a nested MLflow run."""
+    opts = opts or RunOptions()
+    say = progress or (lambda _m: None)
+    t_study = time.perf_counter()
+    names = tuple(dict.fromkeys((opts.arm,) if isinstance(opts.arm, str) else (opts.arm or ())))
+    if opts.base_url and (len(names) > 1 or (not names and len(study.arms) > 1)):
+        raise BadInput("--base-url measures one running server: name its arm with --arm "
+                       f"(arms: {', '.join(a.name for a in study.arms)})")
+    if opts.server_log and not opts.base_url:
+        raise BadInput("--server-log goes with --base-url (a server quantrack did not start)")
+    if opts.server_log and not Path(opts.server_log).is_file():
+        raise BadInput(f"--server-log {opts.server_log!r}: no such file")
+    prices = _load_prices(opts.prices)
+    refs = {a.name: a.model for a in study.arms if a.model}
+    study, resolved = _resolve_models(study, say)
+    arms = [study.arm(n) for n in names] if names else list(study.arms)
+    # the baseline first: every candidate's speedup plot and KL are measured against it
+    arms.sort(key=lambda a: not a.baseline)
+    experiment = study.tracking.experiment or study.name
+    tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
+    workdir = _workdir(study, opts)
+    node = node_facts()
+    api_key = opts.api_key or os.environ.get("QUANTRACK_API_KEY")
+    secrets = tuple(s for s in (api_key,) if s)
+    say(f"study {study.name!r}: {len(arms)} arm(s), engine {study.engine.kind}, tracking {tracker.uri} "
+        f"(experiment {experiment!r})")
+    for note in sorted({r.note for r in resolved.values() if r.note}):
+        say(note)
+    say(f"baseline: {study.baseline.name} ({study.baseline.label()}); work files in {workdir}")
+    parent = tracker.log(study_record(study, experiment, node))
+    outcomes: list[ArmOutcome] = []
+    logged: dict[str, Logged] = {}
+    baseline_acc = _stored_baseline_accuracy(study, tracker) if names else None
+    baseline_out: ArmOutcome | None = None
+    parent_status = "FAILED"
+    try:
+        for arm in arms:
+            say(f"[{arm.name}] {arm.label()}" + (f", model {refs[arm.name]}" if arm.name in refs else ""))
+            out = ArmOutcome(arm=arm, node=dict(node))
+            try:
+                out = run_arm(study, arm, RunOptions(**{**opts.__dict__, "api_key": api_key}), workdir, node, say,
+                              baseline=baseline_out)
+            finally:
+                if refs.get(arm.name) and arm.model != refs[arm.name]:
+                    out.model_ref = refs[arm.name]
+                rec = record_for_arm(study, out, experiment=experiment, parent_uuid=parent.uuid,
+                                     baseline_accuracy=None if arm.baseline else baseline_acc,
+                                     extra_secrets=secrets)
+                logged[arm.name] = tracker.log(rec)
+                outcomes.append(out)
+                where = logged[arm.name].run_id or f"spool {logged[arm.name].spooled}"
+                say(f"[{arm.name}] logged {rec.status} -> {where}")
+            if arm.baseline and out.eval is not None:
+                baseline_acc = _num(out.eval, "accuracy")
+            if arm.baseline and out.status == "FINISHED":
+                baseline_out = out
+        parent_status = "FAILED" if any(o.status == "FAILED" for o in outcomes) else "FINISHED"
+    finally:
+        tracker.finish(parent, parent_status)
+    result = StudyResult(study=study, experiment=experiment, outcomes=outcomes, parent=parent, logged=logged,
+                         plots=[p for o in outcomes for p in o.plots.values()])
+    result.table = study_table(result, tracker.uri, say, prices)
+    result.wall_s = round(time.perf_counter() - t_study, 1)
+    for png in result.plots:
+        say(f"speedup plot: {png} (also an artifact of its arm's run)")
+    say(f"study {study.name!r} done in {result.wall_s:.0f} s ({len(outcomes)} arm(s); parent run "
+        f"{parent.run_id or parent.spooled})")
+    return result
+
+
+def _resolve_models(study: Study, say: Progress) -> tuple[Study, dict[str, Any]]:
+    """Model references (smollm2:Q8_0) -> local files, provisioned on first use."""
+    from quantrack.models_ref import resolve_study
+
+    return resolve_study(study, progress=say)
+
+
+def _load_prices(path: str | None) -> Any:
+    """--prices FILE for the closing compare table, read before any arm runs (a bad file is exit 2 now)."""
+    from quantrack.pricing import load_prices
+
+    return load_prices(path)
+
+
+def study_table(result: StudyResult, uri: str, say: Progress, prices: Any = None) -> str | None:
+    """The compare table of this study's arm runs only (read back from the store); the CLI prints it to stdout."""
+    parent = result.parent
+    if parent is None or parent.run_id is None:
+        say("compare: the runs were spooled; after `quantrack sync`, run "
+            f"`quantrack compare --experiment {result.experiment}`")
+        return None
+    from quantrack.report.compare import build_table, render
+    from quantrack.tracking import load_runs
+
+    try:
+        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get("mlflow.parentRunId") == parent.run_id]
+        if not runs:
+            return None
+        text = render(build_table(result.experiment, runs, result.study.baseline.name, prices), "table")
+    except Exception as exc:  # noqa: BLE001 - the runs are logged already; the table is only a view of them
+        say(f"compare: could not build the table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+            f"run `quantrack compare --experiment {result.experiment}`")
+        return None
+    say(f"compare: the table of this study's runs is the result (same as `quantrack compare --experiment "
+        f"{result.experiment}` while they are the newest)")
+    return text
+
+
+def _stored_baseline_accuracy(study: Study, tracker: Tracker) -> float | None:
+    """The baseline's accuracy from its newest finished run in the store (for a single --arm run)."""
+    from quantrack.tracking import load_runs
+
+    try:
+        runs = load_runs(tracker.experiment, tracker.uri)
+    except QuantrackError:
+        return None
+    for r in runs:
+        if r.arm == study.baseline.name and r.status == "FINISHED" and "gsm8k_accuracy" in r.metrics:
+            return r.metrics["gsm8k_accuracy"]
+    return None

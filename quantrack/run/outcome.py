@@ -1,0 +1,87 @@
+"""What one arm of a study produced (``ArmOutcome``), the run options and the study's result.
+
+Steps write into the outcome as they finish, so whatever ends the arm (a failure, an interrupt, a signal),
+the outcome holds every figure measured up to then."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.errors import QuantrackError
+from quantrack.study import Study
+from quantrack.tracking import Logged
+
+Progress = Callable[[str], None]
+
+# Status of an arm the rulebook rejected: it was never started (MLflow has no "rejected" status).
+STATUS_REJECTED = "KILLED"
+
+
+class StepError(QuantrackError):
+    """One step of one arm failed; the arm is logged FAILED with what it measured so far."""
+
+    exit_code = 1
+
+
+@dataclass
+class ArmOutcome:
+    """Everything one arm produced (any field may be None: not measured)."""
+
+    arm: Arm
+    status: str = "RUNNING"
+    verdict: str | None = None
+    verdicts: list[Any] = field(default_factory=list)
+    predicted: Any = None
+    launch_argv: list[str] | None = None
+    launch_env: dict[str, str] = field(default_factory=dict)
+    server_log: Path | None = None
+    base_url: str | None = None
+    log_report: Any = None
+    live: dict[str, Any] | None = None
+    latency: Any = None  # LatencyResult
+    latency_row: dict[str, Any] | None = None  # an imported latency row (quantrack log)
+    sweep: Any = None
+    eval: Any = None  # EvalResult
+    eval_records: Path | None = None
+    kl: Any = None  # KLResult against the baseline arm
+    model_ref: str | None = None  # the study's model reference (smollm2:Q8_0) the file was resolved from
+    plots: dict[str, Path] = field(default_factory=dict)  # artifact path -> local PNG
+    node: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    failed_step: str | None = None
+    steps: list[str] = field(default_factory=list)  # steps that completed
+    step_s: dict[str, float] = field(default_factory=dict)  # wall seconds per completed step (measured)
+    start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    source: str = "run"  # run | log
+
+
+@dataclass
+class RunOptions:
+    arm: str | tuple[str, ...] | None = None  # one arm name or several (`--arm` is repeatable); None: all
+    base_url: str | None = None
+    server_log: str | None = None
+    tracking_uri: str | None = None
+    api_key: str | None = None  # for the engine's OpenAI API; never logged
+    prices: str | None = None  # --prices FILE for the closing compare table's cost column (None: shipped prices)
+    workdir: Path | None = None  # server logs and eval records go here
+
+
+@dataclass
+class StudyResult:
+    study: Study
+    experiment: str
+    outcomes: list[ArmOutcome]
+    parent: Logged | None
+    logged: dict[str, Logged]
+    table: str | None = None  # the compare table of this study's arm runs (rendered)
+    plots: list[Path] = field(default_factory=list)
+    wall_s: float | None = None
+
+    @property
+    def failed(self) -> list[str]:
+        return [o.arm.name for o in self.outcomes if o.status == "FAILED"]

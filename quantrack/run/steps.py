@@ -1,0 +1,217 @@
+"""The steps of one arm, each a small function: node facts, preflight, predicted capacity, serve, parse
+the startup log, live facts, latency, sweep, eval, KL, the speedup plot. Each returns its result; the
+orchestration (``quantrack.run.orchestrate``) stores it in the arm's outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from quantrack.arms import Arm
+from quantrack.errors import QuantrackError
+from quantrack.redact import redact_argv, secret_values
+from quantrack.run.outcome import ArmOutcome, Progress, StepError
+from quantrack.study import Study
+
+# --- node facts --------------------------------------------------------------------------------------------
+
+def node_facts(gpu_index: int = 0) -> dict[str, Any]:
+    """This node: hostname, and from NVML (quantrack.nvml) GPU name, compute capability, driver, CUDA, MIG.
+
+    Without a driver the GPU facts stay unknown (absent), never guessed."""
+    facts: dict[str, Any] = {"hostname": socket.gethostname()}
+    from quantrack.nvml import read_gpus
+
+    try:
+        gpus = read_gpus()
+    except QuantrackError:
+        return facts
+    if len(gpus) > gpu_index:
+        g = gpus[gpu_index]
+        facts.update({"gpu_name": g.name, "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+                      "driver": g.driver_version, "cuda_driver": g.cuda_driver_version, "mig": g.mig,
+                      "gpu_memory_mib": g.memory_bytes // (1024 * 1024), "gpu_catalog_match": g.gpu.name})
+    return facts
+
+
+# --- steps -------------------------------------------------------------------------------------------------
+
+def _gpu_for(study: Study, node: dict[str, Any]) -> Any:
+    from quantrack.catalog import get_gpu
+
+    name = study.gpu.name
+    if name == "auto":
+        name = node.get("gpu_name") or ""
+        if not name:
+            raise StepError("[gpu] name = \"auto\" but NVML found no GPU on this node; name the GPU in the study")
+    return get_gpu(name)
+
+
+def step_preflight(study: Study, arm: Arm, node: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The rulebook's verdict for this arm on this GPU with this engine: allow | warn | reject."""
+    from quantrack import rulebook
+
+    gpu = _gpu_for(study, node)
+    verdicts = rulebook.evaluate(gpu, arm, study.engine.kind, study.engine.version, cuda=study.gpu.cuda,
+                                 mig=node.get("mig"),
+                                 study_context=rulebook.StudyContext(arms=study.arms, engine_env=study.engine.env))
+    return rulebook.overall(verdicts), verdicts
+
+
+def _shape_for(study: Study, arm: Arm) -> Any:
+    m = study.model
+    if m.name:
+        from quantrack.catalog import get_model
+
+        return get_model(m.name)
+    if m.config:
+        from quantrack.hfconfig import load_hf_config
+
+        return load_hf_config(m.config)
+    gguf = arm.model if arm.model and arm.model.endswith(".gguf") else m.gguf
+    if gguf:
+        from quantrack.ggufmeta import load_gguf
+
+        return load_gguf(gguf)
+    raise StepError("[model] needs name, config or gguf for a capacity prediction")
+
+
+def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> dict[str, Any]:
+    """Derived capacity for this arm (quantrack.capacity.predict_for_arm).
+
+    llama.cpp: the KV cache is pure arithmetic (every cell allocated up front), predicted with the study's
+    slots (-np) so cells per stream and streams match what the server prints."""
+    from quantrack.capacity import MiB, predict_engine, predict_for_arm
+
+    gpu = _gpu_for(study, node)
+    shape = _shape_for(study, arm)
+    pred = predict_for_arm(shape, gpu, arm, study.engine.kind, util=study.gpu.util,
+                           context_len=study.context_len, tp=study.gpu.count)
+    if study.engine.kind == "llamacpp" and study.parallel > 1:
+        eng = predict_engine(shape, float(gpu.total_bytes) or 1.0, arm, "llamacpp", context_len=study.context_len,
+                             n_parallel=study.parallel)
+        pred.update({"engine_tokens": eng.engine_tokens, "engine_kv_bytes": eng.kv_bytes,
+                     "engine_kv_mib": round(eng.kv_bytes / MiB, 2), "prediction": eng.to_dict()})
+    return pred
+
+
+@contextlib.contextmanager
+def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
+               progress: Progress) -> Iterator[str]:
+    """Start the arm's server through its adapter and ManagedServer; yields the base URL; always stops it."""
+    from quantrack.engines import get_adapter
+    from quantrack.engines.lifecycle import ManagedServer, free_port
+    from quantrack.engines.lifecycle import launch_spec_for_study as spec_for
+
+    adapter = get_adapter(study.engine.kind)
+    host = study.engine.host
+    port = study.engine.port or free_port(host)
+    model = arm.model or study.model.path or study.model.gguf or study.model.name
+    if not model:
+        raise StepError("[model] path (what the engine serves) is required to start a server")
+    spec = spec_for(study, arm, port=port)  # the same spec `quantrack preflight` prints
+    outcome.launch_argv, outcome.launch_env = adapter.launch_argv(spec), adapter.launch_env(spec)
+    log_path = workdir / f"{arm.name}-server.log"
+    outcome.server_log = log_path
+    shown = " ".join(redact_argv(outcome.launch_argv, secret_values(outcome.launch_env)))
+    progress(f"[{arm.name}] starting {study.engine.kind}: {shown}")
+    server = ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
+                                    name=f"{study.engine.kind}-{arm.name}")
+    with server:
+        progress(f"[{arm.name}] server ready at {server.base_url} (pid {server.pid})")
+        yield server.base_url
+    progress(f"[{arm.name}] server stopped")
+
+
+def step_parse_log(study: Study, log_path: Path) -> Any:
+    from quantrack.engines import get_adapter
+
+    return get_adapter(study.engine.kind).parse_log_file(log_path)
+
+
+def step_query(study: Study, base_url: str) -> dict[str, Any]:
+    from quantrack.engines import get_adapter
+
+    return dict(get_adapter(study.engine.kind).query(base_url))
+
+
+def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, progress: Progress) -> Any:
+    from quantrack.measure.latency import measure_latency
+
+    lat = study.latency
+    return measure_latency(base_url, study.engine.kind, input_tokens=lat.input_tokens,
+                           output_tokens=lat.output_tokens, warmup=lat.warmup, iterations=lat.iterations,
+                           chat=lat.chat, api_key=api_key, model=study.model.served_name, label=arm.name)
+
+
+def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None) -> Any:
+    from quantrack.measure.sweep import run_sweep  # type: ignore[import-not-found]
+
+    sw = study.sweep
+    return run_sweep(base_url, study.engine.kind, concurrency=list(sw.concurrency),
+                     requests_per_level=sw.requests_per_level or None,
+                     input_tokens=sw.input_tokens or study.latency.input_tokens,
+                     output_tokens=sw.output_tokens or study.latency.output_tokens, api_key=api_key,
+                     model=study.model.served_name)
+
+
+def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdir: Path) -> tuple[Any, Path]:
+    from quantrack.accuracy.gsm8k import run_gsm8k
+
+    ev = study.eval
+    records = workdir / f"{arm.name}-gsm8k.jsonl"
+    result = run_gsm8k(base_url, num_questions=ev.num_questions, num_shots=ev.num_shots, max_tokens=ev.max_tokens,
+                       concurrency=ev.concurrency, seed=ev.seed, style=ev.style, records_path=records,
+                       overwrite=True, api_key=api_key, model=study.model.served_name, engine=study.engine.kind)
+    return result, records
+
+
+def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path, progress: Progress) -> Any:
+    """KL / top-1 agreement of this arm against a freshly started baseline server (stopped afterwards).
+
+    Runs after latency and sweep, so the second server never shares the cores with the timed requests."""
+    from quantrack.accuracy.kl import run_kl
+    from quantrack.engines.lifecycle import server_for_arm
+
+    ev = study.eval
+    model = baseline.model or study.model.path or study.model.gguf
+    if not model:
+        raise StepError(f"the baseline arm {baseline.name!r} has no model file to serve")
+    # one slot (KL requests are sequential per server) and one thread: the candidate keeps its own threads
+    util = ev.kl_baseline_util if ev.kl_baseline_util is not None else study.gpu.util
+    srv = server_for_arm(study.engine.kind, model, baseline, host=study.engine.host, context_len=study.context_len,
+                         util=None if study.engine.kind == "llamacpp" else util, parallel=1, extra_args=(*study.engine.args, "-t", "1") if study.engine.kind == "llamacpp"
+                         else tuple(study.engine.args), env=dict(study.engine.env), binary=study.engine.binary,
+                         log_path=workdir / f"{arm.name}-kl-baseline-server.log",
+                         startup_timeout=study.engine.ready_timeout_s)
+    step = max(1, ev.kl_tokens // 4)
+    last = [0]
+
+    def say(msg: str) -> None:  # "N/T positions (...)": one line per quarter
+        done = int(msg.split("/", 1)[0]) if msg.split("/", 1)[0].isdigit() else 0
+        if done - last[0] >= step or done >= ev.kl_tokens:
+            last[0] = done
+            progress(f"[{arm.name}] kl: {msg}")
+
+    with srv:
+        progress(f"[{arm.name}] kl: baseline {baseline.name!r} served at {srv.base_url} (pid {srv.pid}) "
+                 "for the KL run only")
+        return run_kl(srv.base_url, base_url, study.engine.kind, tokens=ev.kl_tokens, top_k=ev.kl_top_k,
+                      progress=say)
+
+
+def sweep_rows(sweep: Any) -> list[dict[str, Any]]:
+    rows = getattr(sweep, "rows", None) or (sweep.get("rows") if isinstance(sweep, dict) else None) or []
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def step_plot(arm: Arm, sweep: Any, baseline: ArmOutcome, workdir: Path) -> Path:
+    """This arm's measured speedup over the baseline against concurrency (both sweeps), as a PNG."""
+    from quantrack.report.plots import plot_speedup
+
+    return plot_speedup(sweep_rows(baseline.sweep), sweep_rows(sweep),
+                        workdir / f"speedup-{arm.name}-vs-{baseline.arm.name}.png",
+                        label_a=baseline.arm.name, label_b=arm.name)
