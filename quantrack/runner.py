@@ -6,13 +6,13 @@ from __future__ import annotations
 from quantrack.run.imported import LogInputs, load_eval, load_latency_row, log_results
 from quantrack.run.orchestrate import run_arm, run_study, study_table
 from quantrack.run.outcome import (
-    STATUS_REJECTED,
     ArmOutcome,
     RunOptions,
     StepError,
     StudyResult,
 )
 from quantrack.run.record import outcomes_bitmap, record_for_arm, study_record
+from quantrack.run.schema import STATUS_REJECTED
 from quantrack.run.steps import node_facts, step_kl, step_serve
 
 __all__ = [

@@ -80,22 +80,26 @@ def latency(
     if not engine or not base_url:
         raise BadInput("--engine and --base-url are required (or use --merge FILES)")
 
+    from quantrack.interrupts import Interrupted
     from quantrack.measure.latency import measure_latency
 
-    result = measure_latency(
-        base_url,
-        engine,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        warmup=warmup,
-        iterations=iterations,
-        chat=chat,
-        api_key=api_key or None,
-        model=model,
-        progress=_progress(),
-        timeout=timeout,
-        label=label,
-    )
+    try:
+        result = measure_latency(
+            base_url,
+            engine,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            warmup=warmup,
+            iterations=iterations,
+            chat=chat,
+            api_key=api_key or None,
+            model=model,
+            progress=_progress(),
+            timeout=timeout,
+            label=label,
+        )
+    except Interrupted as exc:  # Ctrl-C: what was measured is printed and saved, then exit 130
+        result = exc.partial
     _end_progress()
     row = result.to_row()
     click.echo(render_result(row))

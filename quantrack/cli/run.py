@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 # Exit codes: every selected arm FINISHED -> 0; any arm FAILED -> 1; an arm rejected by preflight
-# (none failed) -> 3. Bad input is 2 (quantrack.errors.BadInput, one line).
+# (none failed) -> 3. Bad input is 2 (quantrack.errors.BadInput, one line). Interrupted: 128 + the signal
+# (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), the arm in progress logged KILLED.
 EXIT_FAILED = 1
 EXIT_REJECTED = 3
 
@@ -73,7 +74,15 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
 
     opts = RunOptions(arm=arms or None, base_url=base_url, server_log=server_log, tracking_uri=tracking_uri,
                       workdir=Path(workdir) if workdir else None, prices=prices)
-    result = run_study(study, opts, progress=progress)
+    try:
+        result = run_study(study, opts, progress=progress)
+    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM / SIGHUP: the arm in progress is logged KILLED already
+        from quantrack.interrupts import as_interrupted
+
+        intr = as_interrupted(exc)
+        click.echo(f"quantrack: {intr.reason}: the arm in progress was logged KILLED with what it had measured; "
+                   "the study's parent run ended KILLED", err=True)
+        raise SystemExit(intr.exit_code) from None
     if fmt == "table" and result.table:
         click.echo(result.table.rstrip("\n"))
         click.echo("")

@@ -88,23 +88,27 @@ def sweep(
     if not engine or not base_url:
         raise BadInput("--engine and --base-url are required (or use --plot BASE.json ARM.json)")
 
+    from quantrack.interrupts import Interrupted
     from quantrack.measure.sweep import parse_concurrency, run_sweep
 
-    result = run_sweep(
-        base_url,
-        engine,
-        parse_concurrency(concurrency),
-        requests_per_level=requests_per_level,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        warmup=warmup,
-        chat=chat,
-        api_key=api_key or None,
-        model=model,
-        progress=_progress(),
-        timeout=timeout,
-        label=label,
-    )
+    try:
+        result = run_sweep(
+            base_url,
+            engine,
+            parse_concurrency(concurrency),
+            requests_per_level=requests_per_level,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            warmup=warmup,
+            chat=chat,
+            api_key=api_key or None,
+            model=model,
+            progress=_progress(),
+            timeout=timeout,
+            label=label,
+        )
+    except Interrupted as exc:  # Ctrl-C: what was measured is printed and saved, then exit 130
+        result = exc.partial
     if sys.stderr.isatty():
         click.echo("", err=True)
     data = result.to_dict()

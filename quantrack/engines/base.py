@@ -94,6 +94,21 @@ class EngineAdapter(ABC):
 
     kind: str = ""
     default_port: int = 8000
+    # Facts the rest of quantrack asks of an engine (callers read these; none branches on ``kind``).
+    label: str = ""  # how the engine is named to a user: "vLLM", "SGLang", "llama.cpp"
+    health_path: str = "/health"
+    health_needs_status_ok: bool = False  # the health body must also say {"status": "ok"} (llama.cpp)
+    gpu_memory_share: bool = True  # takes a fraction of GPU memory (vLLM/SGLang); llama.cpp allocates what it needs
+    serves_local_file: bool = False  # the model is one local file that must exist (a GGUF)
+    has_slots: bool = False  # the KV cache is split into parallel slots (llama.cpp -np): capacity per slot
+    server_timing: str | None = None  # where a server-side per-token time comes from, if the engine reports one
+
+    def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
+        """A second server of the same study beside a running one (the KL baseline): the same launch spec
+        (TP, served name, context, study args) with one slot and ``util`` as its memory share."""
+        from dataclasses import replace
+
+        return replace(spec, util=util if self.gpu_memory_share else None, parallel=1)
 
     @abstractmethod
     def launch_argv(self, spec: LaunchSpec) -> list[str]:

@@ -46,6 +46,13 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
+def kill_all() -> None:
+    """SIGKILL the process group of every live server now (a forced exit: no time to wait for them)."""
+    for server in list(_LIVE):
+        if server.proc is not None:
+            server._signal_group(server.proc.pid, signal.SIGKILL)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -120,7 +127,7 @@ class ManagedServer:
         argv = adapter.launch_argv(spec)
         env = adapter.launch_env(spec)
         kwargs.setdefault("health_path", getattr(adapter, "health_path", "/health"))
-        kwargs.setdefault("require_status_ok", adapter.kind == "llamacpp")
+        kwargs.setdefault("require_status_ok", adapter.health_needs_status_ok)
         kwargs.setdefault("name", adapter.kind)
         return cls(argv, port=spec.port, host=spec.host, env=env, **kwargs)
 
@@ -304,7 +311,7 @@ def server_for_arm(
     from quantrack.engines.base import LaunchSpec
 
     adapter = get_adapter(engine)
-    if adapter.kind == "llamacpp" and not Path(str(arm.model or model)).is_file():
+    if adapter.serves_local_file and not Path(str(arm.model or model)).is_file():
         raise BadInput(f"GGUF file not found: {arm.model or model}")
     spec = LaunchSpec(model=model, arm=arm, host=host, port=port or free_port(host), context_len=context_len,
                       util=util, tp=tp, parallel=parallel, served_name=served_name, extra_args=tuple(extra_args),
@@ -319,17 +326,33 @@ def launch_spec_for_study(study: Any, arm: Any, *, port: int | None = None) -> A
     ``port=None`` keeps the study's ``[engine] port`` (0 = the caller picks a free one). Model
     references (``smollm2:Q8_0``) must already be resolved to files by the caller.
     """
+    from quantrack.engines import get_adapter
     from quantrack.engines.base import LaunchSpec
 
     model = arm.model or study.model.path or study.model.gguf or study.model.name
     if not model:
         raise BadInput("the study's [model] needs a path (what the engine serves)")
-    gpu_engine = study.engine.kind != "llamacpp"
+    gpu_engine = get_adapter(study.engine.kind).gpu_memory_share
     return LaunchSpec(model=model, arm=arm, host=study.engine.host,
                       port=study.engine.port if port is None else port, context_len=study.context_len,
                       util=study.gpu.util if gpu_engine else None, tp=study.gpu.count, parallel=study.parallel,
                       served_name=study.model.served_name, extra_args=tuple(study.engine.args),
                       env=dict(study.engine.env), binary=study.engine.binary)
+
+
+def kl_baseline_server(study: Any, baseline: Any, *, log_path: str | Path | None = None) -> ManagedServer:
+    """The KL baseline's server (not started), through the same launch spec as every arm of the study
+    (``launch_spec_for_study``): only the arm and the memory share differ (``[eval] kl_baseline_util``, else
+    the study's util), with one slot (``EngineAdapter.side_server_spec``) on a free port."""
+    from quantrack.engines import get_adapter
+
+    adapter = get_adapter(study.engine.kind)
+    util = study.eval.kl_baseline_util if study.eval.kl_baseline_util is not None else study.gpu.util
+    spec = adapter.side_server_spec(launch_spec_for_study(study, baseline, port=0), util)
+    if adapter.serves_local_file and not Path(spec.arm.model or spec.model).is_file():
+        raise BadInput(f"GGUF file not found: {spec.arm.model or spec.model}")
+    return ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
+                                  name=f"{adapter.kind}-{baseline.name}-kl-baseline")
 
 
 def server_for_study(study: Any, arm_name: str, log_path: str | Path | None = None) -> ManagedServer:
@@ -344,7 +367,7 @@ def server_for_study(study: Any, arm_name: str, log_path: str | Path | None = No
     arm = next(a for a in study.arms if a.name == arm_name)
     spec = launch_spec_for_study(study, arm)
     adapter = get_adapter(study.engine.kind)
-    if adapter.kind == "llamacpp" and not Path(spec.model).is_file():
+    if adapter.serves_local_file and not Path(spec.model).is_file():
         raise BadInput(f"GGUF file not found: {spec.model}")
     return ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
                                   name=f"{adapter.kind}-{arm.name}")

@@ -309,8 +309,21 @@ def have_llama_server(binary: str | None = None) -> bool:
 
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
+    label = "llama.cpp"
     default_port = 8080
     health_path = "/health"  # 200 with {"status": "ok"} once the model is loaded
+    health_needs_status_ok = True
+    gpu_memory_share = False
+    serves_local_file = True
+    has_slots = True
+    server_timing = "llama.cpp timings.predicted_per_token_ms"
+
+    def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
+        """One slot and one thread: the candidate it runs beside keeps its own threads."""
+        from dataclasses import replace
+
+        side = super().side_server_spec(spec, util)
+        return replace(side, extra_args=(*side.extra_args, "-t", "1"))
 
     def launch_argv(self, spec: LaunchSpec) -> list[str]:
         """``llama-server`` when it is on PATH (or given), else the same options through

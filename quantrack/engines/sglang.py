@@ -266,6 +266,7 @@ def parse_server_info(obj: Any) -> dict[str, Any]:
 
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
+    label = "SGLang"
     default_port = 30000
     health_path = "/health"
 

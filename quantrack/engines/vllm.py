@@ -386,6 +386,7 @@ def parse_models(obj: Any) -> dict[str, Any]:
 
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
+    label = "vLLM"
     default_port = 8000
     health_path = "/health"  # listed in the real 0.25 log: "Route: /health, Methods: GET"
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quantrack.errors import BadInput, MeasurementError
+from quantrack.interrupts import Interrupted
 from quantrack.measure.client import (
     HttpStreamClient,
     StreamSample,
@@ -195,7 +196,8 @@ def measure_latency(
 ) -> LatencyResult:
     """Run warmup then ``iterations`` batch-1 streamed requests; every sample validated.
 
-    Ctrl-C stops the run and returns what was measured with ``interrupted=True``.
+    Ctrl-C (or a signal under ``quantrack.interrupts.signals_raise``) stops the run and raises ``Interrupted``
+    whose ``partial`` is what was measured (``interrupted=True``): the interrupt is never swallowed.
     Raises MeasurementError (exit 1) only when the server cannot be used at all
     (unreachable for the model/tokenize queries).
     """
@@ -232,8 +234,9 @@ def measure_latency(
                     result.samples.append(sample)
                 if progress:
                     progress("warmup" if i < warmup else "measure", i + 1, total)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # never swallowed: the caller decides; what was measured goes with it
             result.interrupted = True
+            raise Interrupted.of(exc, partial=result) from None
     return result
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quantrack.errors import BadInput
+from quantrack.interrupts import Interrupted
 from quantrack.measure.client import (
     AsyncHttpStreamClient,
     HttpStreamClient,
@@ -193,7 +194,8 @@ def run_sweep(
     timeout: float = 300.0,
     label: str | None = None,
 ) -> SweepResult:
-    """Measure each concurrency level in turn; Ctrl-C keeps the finished levels (``interrupted``)."""
+    """Measure each concurrency level in turn; Ctrl-C raises ``Interrupted`` whose ``partial`` keeps the finished
+    levels (``interrupted``): the interrupt is never swallowed."""
     import asyncio
 
     engine = check_engine(engine)
@@ -224,8 +226,9 @@ def run_sweep(
                 result.prompt = ps.method
                 samples, wall = asyncio.run(_level(base_url, api_key, timeout, engine, result.model, ps, c, output_tokens, input_tokens, chat, progress))
                 result.rows.append(level_row(c, samples, wall))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # never swallowed: the caller decides; what was measured goes with it
             result.interrupted = True
+            raise Interrupted.of(exc, partial=result) from None
     return result
 
 

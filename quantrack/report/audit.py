@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.errors import BadInput, did_you_mean
+from quantrack.run.schema import FALLBACK_UNKNOWN, FALLBACK_YES, Metric, Param, Tag
 from quantrack.tracking import RunRow
 
 FORMATS = ("table", "json")
@@ -83,21 +84,21 @@ def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
     out = []
     for r in runs:
         p, t, m = r.params, r.tags, r.metrics
-        fb = t.get("quantrack.fallback")
+        fb = t.get(Tag.FALLBACK)
         out.append(AuditRow(
-            node=p.get("hostname") or r.run_name, source=r.run_id, arm=r.arm,
-            gpu=p.get("gpu_name") or p.get("gpu_catalog"), compute_capability=p.get("compute_capability"),
-            mig=p.get("mig"), engine=p.get("engine"), engine_version=p.get("engine_version"),
-            quantization=p.get("quantization"), effective_kernel=t.get("quantrack.effective_kernel"),
-            fallback=None if fb is None else fb == "yes", fallback_kinds=t.get("quantrack.fallback_kinds"),
-            evidence=t.get("quantrack.fallback_evidence"), capacity_error_pct=m.get("capacity_error_pct"),
-            tpot_ms=m.get("tpot_ms_p50"), status=_run_status(r), weights=p.get("weights"),
+            node=p.get(Param.HOSTNAME) or r.run_name, source=r.run_id, arm=r.arm,
+            gpu=p.get(Param.GPU_NAME) or p.get(Param.GPU_CATALOG), compute_capability=p.get(Param.COMPUTE_CAPABILITY),
+            mig=p.get(Param.MIG), engine=p.get(Param.ENGINE), engine_version=p.get(Param.ENGINE_VERSION),
+            quantization=p.get(Param.QUANTIZATION), effective_kernel=t.get(Tag.EFFECTIVE_KERNEL),
+            fallback=None if fb in (None, FALLBACK_UNKNOWN) else fb == FALLBACK_YES, fallback_kinds=t.get(Tag.FALLBACK_KINDS),
+            evidence=t.get(Tag.FALLBACK_EVIDENCE), capacity_error_pct=m.get(Metric.CAPACITY_ERROR_PCT),
+            tpot_ms=m.get(Metric.TPOT_MS_P50), status=_run_status(r), weights=p.get(Param.WEIGHTS),
         ))
     return out
 
 
 def _run_status(r: RunRow) -> str:
-    return "rejected" if r.tags.get("quantrack.verdict") == "reject" else r.status
+    return "rejected" if r.tags.get(Tag.VERDICT) == "reject" else r.status
 
 
 def probes_by_node(facts: Iterable[RunRow]) -> dict[str, dict[str, str | None]]:

@@ -16,13 +16,13 @@ import csv
 import io
 import json
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantrack.errors import BadInput, did_you_mean
+from quantrack.run.schema import SWEEP_OUTPUT_TPS, Metric, Param, Tag
 from quantrack.tracking import RunRow
 
 if TYPE_CHECKING:
@@ -32,27 +32,27 @@ FILL = "FILL IN"
 FORMATS = ("table", "md", "csv", "json")
 NO_RECORDS = "n/a: no per-question records"
 
-# Metric/tag names: fixed, documented in docs/tracking.md.
-M_WEIGHTS = "weights_gib"
-M_KV_REPORTED = "kv_tokens_reported"
-M_KV_PREDICTED = "kv_tokens_predicted"
-M_CAP_ERR = "capacity_error_pct"
-M_TPOT = "tpot_ms_p50"
-M_GSM8K = "gsm8k_accuracy"
-M_GSM8K_SE = "gsm8k_se"
-M_GSM8K_N = "gsm8k_n"
-M_GSM8K_LOW = "gsm8k_ci_low"  # 95% Wilson interval (quantrack.accuracy.stats.proportion)
-M_GSM8K_HIGH = "gsm8k_ci_high"
-M_KV_MIB = "kv_mib_reported"  # llama.cpp: the KV buffer its log prints (K + V MiB)
-SWEEP_TPS = re.compile(r"^sweep_output_tps_c(\d+)$")  # measured output tok/s at concurrency N
-M_TOP1 = "kl_top1_agree"
-M_KL = "kl_mean"
-T_CORRECT = "quantrack.gsm8k_correct"  # per-question outcomes: '1' right, '0' wrong, '.' not answered
-T_DATA_SHA = "quantrack.gsm8k_data_sha256"
-T_FALLBACK = "quantrack.fallback"
-T_FALLBACK_KINDS = "quantrack.fallback_kinds"
-T_VERDICT = "quantrack.verdict"
-T_BASELINE = "quantrack.baseline"
+# Metric/tag names: one definition, shared with the writer (quantrack.run.schema; docs/tracking.md).
+M_WEIGHTS = Metric.WEIGHTS_GIB
+M_KV_REPORTED = Metric.KV_TOKENS_REPORTED
+M_KV_PREDICTED = Metric.KV_TOKENS_PREDICTED
+M_CAP_ERR = Metric.CAPACITY_ERROR_PCT
+M_TPOT = Metric.TPOT_MS_P50
+M_GSM8K = Metric.GSM8K_ACCURACY
+M_GSM8K_SE = Metric.GSM8K_SE
+M_GSM8K_N = Metric.GSM8K_N
+M_GSM8K_LOW = Metric.GSM8K_CI_LOW  # 95% Wilson interval (quantrack.accuracy.stats.proportion)
+M_GSM8K_HIGH = Metric.GSM8K_CI_HIGH
+M_KV_MIB = Metric.KV_MIB_REPORTED  # llama.cpp: the KV buffer its log prints (K + V MiB)
+SWEEP_TPS = SWEEP_OUTPUT_TPS  # measured output tok/s at concurrency N
+M_TOP1 = Metric.KL_TOP1_AGREE
+M_KL = Metric.KL_MEAN
+T_CORRECT = Tag.GSM8K_CORRECT  # per-question outcomes: '1' right, '0' wrong, '.' not answered
+T_DATA_SHA = Tag.GSM8K_DATA_SHA256
+T_FALLBACK = Tag.FALLBACK
+T_FALLBACK_KINDS = Tag.FALLBACK_KINDS
+T_VERDICT = Tag.VERDICT
+T_BASELINE = Tag.BASELINE
 
 # (key, header, label): label says where the figure comes from.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -140,7 +140,7 @@ def sweep_throughput(metrics: dict[str, float]) -> dict[int, float]:
 
 def _gpu_count(r: RunRow) -> int:
     try:
-        return max(1, int(r.params.get("tp") or 1))
+        return max(1, int(r.params.get(Param.TP) or 1))
     except ValueError:
         return 1
 
@@ -153,7 +153,7 @@ def cost_for(r: RunRow, prices: PriceTable) -> tuple[str, int | None, dict[str, 
     if not tps:
         return NOT_PRICED, None, None
     n = max(tps)
-    gpus = [g for g in (r.params.get("gpu_name"), r.params.get("gpu_catalog")) if g and g not in ("auto",)]
+    gpus = [g for g in (r.params.get(Param.GPU_NAME), r.params.get(Param.GPU_CATALOG)) if g and g not in ("auto",)]
     for gpu in gpus:
         cell = cost_cell(gpu, tps, n, prices, gpu_count=_gpu_count(r))
         if cell != NOT_PRICED:
@@ -251,8 +251,8 @@ def paired_test(base: RunRow, arm: RunRow) -> tuple[str, dict[str, Any] | None]:
 
 
 def _configuration(r: RunRow) -> str:
-    w = r.params.get("weights")
-    kv = r.params.get("kv_cache_dtype_effective") or r.params.get("kv_cache_dtype")
+    w = r.params.get(Param.WEIGHTS)
+    kv = r.params.get(Param.KV_CACHE_DTYPE_EFFECTIVE) or r.params.get(Param.KV_CACHE_DTYPE)
     if not w and not kv:
         return FILL
     return f"{w or FILL} / {kv or FILL} KV"
@@ -332,7 +332,7 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
         table.rows.append(row)
         table.raw.append({
             "arm": arm, "run_id": r.run_id, "status": r.status, "verdict": r.tags.get(T_VERDICT),
-            "weights": r.params.get("weights"), "kv_cache_dtype": r.params.get("kv_cache_dtype"),
+            "weights": r.params.get(Param.WEIGHTS), "kv_cache_dtype": r.params.get(Param.KV_CACHE_DTYPE),
             "metrics": {k: m.get(k) for k in (M_WEIGHTS, M_KV_REPORTED, M_KV_PREDICTED, M_CAP_ERR, M_KV_MIB, M_TPOT,
                                               M_GSM8K, M_GSM8K_SE, M_GSM8K_LOW, M_GSM8K_HIGH, M_GSM8K_N, M_TOP1,
                                               M_KL)},
@@ -415,7 +415,7 @@ def compare_experiment(experiment: str, baseline: str | None = None, uri: str | 
 
 def run_gpu(r: RunRow) -> str:
     """The GPU a run measured on: NVML's name (or the fleet job's GPU type), else the study's catalog GPU."""
-    return r.params.get("gpu_name") or r.params.get("gpu_catalog") or "unknown GPU"
+    return r.params.get(Param.GPU_NAME) or r.params.get(Param.GPU_CATALOG) or "unknown GPU"
 
 
 def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None = None,

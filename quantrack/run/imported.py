@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quantrack.accuracy.gsm8k import EvalResult
 from quantrack.errors import BadInput
 from quantrack.run.orchestrate import _stored_baseline_accuracy
 from quantrack.run.outcome import ArmOutcome, Progress
@@ -36,6 +36,8 @@ def _read_json(path: Path, what: str) -> Any:
         raise BadInput(f"{what} {str(path)!r}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{what} {str(path)!r}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{what} {str(path)!r}: not a text file") from None
 
 
 def load_latency_row(path: Path) -> dict[str, Any]:
@@ -50,35 +52,67 @@ def load_latency_row(path: Path) -> dict[str, Any]:
                    "or the reference client's batch1/concN JSON)")
 
 
-def load_eval(path: Path) -> tuple[Any, Path | None]:
-    """--eval: per-question records (.jsonl) or a result JSON (quantrack's EvalResult dict, or vLLM's
-    gsm8k_eval --save-results with accuracy + num_questions)."""
-    if path.suffix == ".jsonl":
-        from quantrack.accuracy.gsm8k import result_from_records
-        from quantrack.accuracy.records import load_records, read_meta
+def load_eval(path: Path) -> tuple[EvalResult, Path | None]:
+    """--eval: quantrack's per-question records (.jsonl, with their .meta.json), or any file
+    ``quantrack eval import`` reads (quantrack's result JSON, vLLM gsm8k_eval --save-results, SGLang run_eval,
+    lm-eval results/samples) through the one importer, ``quantrack.accuracy.importers``: the same file logs
+    the same metrics through either command. Returns (result, quantrack records file or None)."""
+    from quantrack.accuracy import importers
 
-        recs = load_records(path)
-        if not recs:
-            raise BadInput(f"--eval {str(path)!r}: no records")
-        meta = read_meta(path) or {}
-        n_q = int(meta.get("num_questions") or (max(recs) + 1))
-        return result_from_records(recs, num_questions=n_q, style=meta.get("style"), records_path=str(path),
-                                   source="imported:records", settings=meta), path
-    data = _read_json(path, "--eval")
-    if not isinstance(data, dict):
-        raise BadInput(f"--eval {str(path)!r}: expected a JSON object")
-    acc = data.get("accuracy")
-    if not isinstance(acc, (int, float)) or isinstance(acc, bool):
-        raise BadInput(f"--eval {str(path)!r}: no numeric 'accuracy' (pass records .jsonl or a result JSON)")
-    if "n" in data and "correct" in data:
-        return dict(data), None
-    n = data.get("num_questions")
-    if not isinstance(n, int) or n < 1:
-        raise BadInput(f"--eval {str(path)!r}: has 'accuracy' but no 'num_questions': the standard error "
-                       "cannot be derived")
-    se = math.sqrt(acc * (1 - acc) / n)
-    return {"task": "gsm8k", "accuracy": float(acc), "n": n, "se": se, "source": "imported:vllm-gsm8k_eval",
-            "settings": {k: data.get(k) for k in ("num_shots", "max_tokens") if k in data}}, None
+    if not path.is_file():
+        raise BadInput(f"--eval {str(path)!r}: no such file")
+    try:
+        if path.suffix == ".jsonl" and not _is_lm_eval_samples(path):
+            return _from_records(path), path
+        result, _records = importers.load_run(path)
+    except UnicodeDecodeError:
+        raise BadInput(f"--eval {str(path)!r}: not a text file") from None
+    except BadInput as exc:
+        raise BadInput(f"--eval {exc}") from None
+    return result, None
+
+
+def _is_lm_eval_samples(path: Path) -> bool:
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                return '"doc_id"' in line
+    return False
+
+
+def _from_records(path: Path) -> EvalResult:
+    from quantrack.accuracy.gsm8k import result_from_records
+    from quantrack.accuracy.records import load_records, read_meta
+
+    recs = load_records(path)
+    if not recs:
+        raise BadInput(f"{str(path)!r}: no records")
+    meta = read_meta(path) or {}
+    n_q = int(meta.get("num_questions") or (max(recs) + 1))
+    return result_from_records(recs, num_questions=n_q, style=meta.get("style"), records_path=str(path),
+                               source="imported:records", settings=meta)
+
+
+def check_server_log(path: Path, engine: str, what: str = "--server-log") -> None:
+    """A startup log of ``engine``, or one line (exit 2): a binary file, a file with no engine's lines, or
+    another engine's log is refused, never parsed into a run that reads "no fallback"."""
+    from quantrack.engines import DETECT_BYTES, detect_engine
+
+    if not path.is_file():
+        raise BadInput(f"{what} {str(path)!r}: no such file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(DETECT_BYTES)
+    except OSError as exc:
+        raise BadInput(f"{what} {str(path)!r}: cannot read ({exc.strerror or exc})") from None
+    if b"\x00" in head:
+        raise BadInput(f"{what} {str(path)!r}: a binary file, not an engine's startup log")
+    found = detect_engine(head.decode("utf-8", errors="replace"))
+    if found is None:
+        raise BadInput(f"{what} {str(path)!r}: no {engine} startup-log lines found (not a server log?)")
+    if found != engine:
+        raise BadInput(f"{what} {str(path)!r}: this is a {found} log, the study's engine is {engine} "
+                       f"(pass --engine {found} if that is right)")
 
 
 def log_results(inputs: LogInputs, progress: Progress | None = None) -> tuple[RunRecord, Logged]:
@@ -97,15 +131,13 @@ def log_results(inputs: LogInputs, progress: Progress | None = None) -> tuple[Ru
         study = replace(study, engine=replace(study.engine, kind=inputs.engine))
     if not (inputs.latency or inputs.eval or inputs.server_log):
         raise BadInput("nothing to log: pass --latency, --eval and/or --server-log")
-    out = ArmOutcome(arm=arm, node={"hostname": None}, source="log", status="FINISHED")
-    out.node = {}
+    out = ArmOutcome(arm=arm, node={}, source="log", status="FINISHED")
     if inputs.latency:
         out.latency_row = load_latency_row(inputs.latency)
     if inputs.eval:
         out.eval, out.eval_records = load_eval(inputs.eval)
     if inputs.server_log:
-        if not inputs.server_log.is_file():
-            raise BadInput(f"--server-log {str(inputs.server_log)!r}: no such file")
+        check_server_log(inputs.server_log, study.engine.kind)
         from quantrack.engines import get_adapter
 
         out.log_report = get_adapter(study.engine.kind).parse_log_file(inputs.server_log)

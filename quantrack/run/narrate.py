@@ -3,17 +3,22 @@ progress callback (the CLI prints it to stderr)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from quantrack.arms import Arm
 from quantrack.run.outcome import ArmOutcome, Progress
 from quantrack.run.record import _num, kv_figures
-from quantrack.run.steps import sweep_rows
+
+if TYPE_CHECKING:
+    from quantrack.accuracy.gsm8k import EvalResult
+    from quantrack.engines.base import LogReport
+    from quantrack.measure.latency import LatencyResult
+    from quantrack.measure.sweep import SweepResult
 
 
 def _say_capacity(say: Progress, arm: Arm, out: ArmOutcome) -> None:
     rep, figs = out.log_report, kv_figures(out)
-    reported = getattr(rep, "kv_cache_tokens", None)
+    reported = rep.kv_cache_tokens if rep is not None else None
     predicted = _num(out.predicted, "engine_tokens") if out.predicted is not None else None
     parts = []
     if predicted is not None or reported is not None:
@@ -35,8 +40,8 @@ def _took(seconds: float | None) -> str:
     return "" if seconds is None else f" [{seconds:.0f} s]"
 
 
-def _say_latency(say: Progress, arm: Arm, lat: Any, seconds: float | None = None) -> None:
-    st = lat.stats() if hasattr(lat, "stats") else {}
+def _say_latency(say: Progress, arm: Arm, lat: LatencyResult, seconds: float | None = None) -> None:
+    st = lat.stats()
     tpot, srv, ttft = st.get("tpot_ms"), st.get("server_tpot_ms"), st.get("ttft_ms")
     if tpot is None:
         say(f"[{arm.name}] latency: no successful sample")
@@ -53,9 +58,9 @@ def _say_latency(say: Progress, arm: Arm, lat: Any, seconds: float | None = None
     say(line + f" (n={len(lat.ok_samples)}){_took(seconds)}")
 
 
-def _say_sweep(say: Progress, arm: Arm, sweep: Any, seconds: float | None = None) -> None:
+def _say_sweep(say: Progress, arm: Arm, sweep: SweepResult, seconds: float | None = None) -> None:
     cells = []
-    for r in sweep_rows(sweep):
+    for r in sweep.rows:
         tps = r.get("output_tok_s")
         cells.append(f"c{r.get('concurrency')}: {tps:.1f} tok/s" if isinstance(tps, (int, float)) else
                      f"c{r.get('concurrency')}: n/a")
@@ -63,9 +68,8 @@ def _say_sweep(say: Progress, arm: Arm, sweep: Any, seconds: float | None = None
         say(f"[{arm.name}] sweep: output throughput {', '.join(cells)} (measured){_took(seconds)}")
 
 
-def _say_eval(say: Progress, arm: Arm, ev: Any, seconds: float | None = None) -> None:
-    acc, n = _num(ev, "accuracy"), _num(ev, "n")
-    lo, hi = _num(ev, "ci_low"), _num(ev, "ci_high")
+def _say_eval(say: Progress, arm: Arm, ev: EvalResult, seconds: float | None = None) -> None:
+    acc, n, lo, hi = ev.accuracy, ev.n, ev.ci_low, ev.ci_high
     if acc is None:
         say(f"[{arm.name}] eval: no question answered")
         return
@@ -74,22 +78,22 @@ def _say_eval(say: Progress, arm: Arm, ev: Any, seconds: float | None = None) ->
         f"sample: the interval, not the point, is the result){_took(seconds)}")
 
 
-def _say_log(say: Progress, arm: Arm, rep: Any) -> None:
+def _say_log(say: Progress, arm: Arm, rep: LogReport | None) -> None:
     if rep is None:
         return
     parts = []
-    if getattr(rep, "weights_gib", None) is not None:
+    if rep.weights_gib is not None:
         parts.append(f"weights {rep.weights_gib} GiB")
-    extra = getattr(rep, "extra", None) or {}
+    extra = rep.extra or {}
     if extra.get("file_type"):
         parts.insert(0, f"file type {extra['file_type']}")
-    if getattr(rep, "kv_cache_tokens", None) is not None:
+    if rep.kv_cache_tokens is not None:
         parts.append(f"KV {rep.kv_cache_tokens:,} tokens")
     if extra.get("kv_mib") is not None:
         parts.append(f"KV {extra['kv_mib']} MiB (K {extra.get('k_type')} {extra.get('k_mib')} MiB, "
                      f"V {extra.get('v_type')} {extra.get('v_mib')} MiB)")
-    if getattr(rep, "attention_backend", None):
+    if rep.attention_backend:
         parts.append(f"attention {rep.attention_backend}")
-    if getattr(rep, "fallbacks", None):
+    if rep.fallbacks:
         parts.append("FALLBACK: " + ", ".join(e.kind for e in rep.fallbacks))
     say(f"[{arm.name}] log: {'; '.join(parts) or 'no figures found'}")

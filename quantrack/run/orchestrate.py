@@ -31,11 +31,13 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
 from quantrack.errors import BadInput, QuantrackError
+from quantrack.interrupts import as_interrupted, signal_name, signals_raise
 from quantrack.run.narrate import (
     _say_capacity,
     _say_eval,
@@ -45,14 +47,19 @@ from quantrack.run.narrate import (
     _took,
 )
 from quantrack.run.outcome import (
-    STATUS_REJECTED,
     ArmOutcome,
     Progress,
     RunOptions,
     StepError,
     StudyResult,
 )
-from quantrack.run.record import _num, record_for_arm, study_record
+from quantrack.run.record import record_for_arm, study_record
+from quantrack.run.schema import (
+    STATUS_FAILED,
+    STATUS_FINISHED,
+    STATUS_KILLED,
+    STATUS_REJECTED,
+)
 from quantrack.run.steps import (
     node_facts,
     step_eval,
@@ -67,14 +74,26 @@ from quantrack.run.steps import (
     step_sweep,
 )
 from quantrack.study import Study
-from quantrack.tracking import Logged, Tracker
+from quantrack.tracking import Logged, RunRecord, Tracker
+
+if TYPE_CHECKING:
+    from quantrack.accuracy.gsm8k import EvalResult
 
 
-def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any]) -> Any:
-    """Run one step; any failure becomes a one-line StepError naming the step."""
+def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any],
+              keep: Callable[[Any], None] | None = None) -> Any:
+    """Run one step; any failure becomes a one-line StepError naming the step. ``outcome.step`` names the
+    step while it runs (and stays set when it fails or is interrupted). An interrupt (Ctrl-C, a signal)
+    goes on up; what the interrupted measurement had (``Interrupted.partial``) is handed to ``keep`` first."""
     t0 = time.perf_counter()
+    outcome.step = name
     try:
         value = fn()
+    except KeyboardInterrupt as exc:
+        intr = as_interrupted(exc)
+        if keep is not None and intr.partial is not None:
+            keep(intr.partial)
+        raise intr from None
     except StepError as exc:
         raise StepError(f"{name}: {exc}") from None
     except ImportError as exc:
@@ -83,18 +102,23 @@ def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any]) -> Any:
         raise StepError(f"{name}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - an engine or network failure fails the arm, not the study
         raise StepError(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    outcome.step = None
     outcome.steps.append(name)
     outcome.step_s[name] = round(time.perf_counter() - t0, 2)
     return value
 
 
 def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[str, Any],
-            progress: Progress, baseline: ArmOutcome | None = None) -> ArmOutcome:
+            progress: Progress, baseline: ArmOutcome | None = None, out: ArmOutcome | None = None) -> ArmOutcome:
     """All steps of one arm; never raises for a step failure (the outcome says FAILED and where).
+
+    Each step's result goes into ``out`` as soon as the step ends, so the caller holds every figure
+    whatever ends the arm: an interrupt or a signal marks it KILLED and is re-raised (``Interrupted``),
+    an unexpected exception marks it FAILED and is re-raised; in both cases the server is stopped first.
 
     ``baseline``: the baseline arm's finished outcome (its sweep for the speedup plot; KL is measured
     against its model when [eval] kl_tokens is set)."""
-    out = ArmOutcome(arm=arm, node=dict(node))
+    out = out if out is not None else ArmOutcome(arm=arm, node=dict(node))
     say = progress
     t_arm = time.perf_counter()
     try:
@@ -125,15 +149,18 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
             lat = study.latency
             say(f"[{arm.name}] latency: batch 1, {lat.input_tokens} in / {lat.output_tokens} out, "
                 f"{lat.warmup} warmup + {lat.iterations} iterations")
-            out.latency = _run_step(out, "latency", lambda: step_latency(study, arm, base_url, opts.api_key, say))
+            out.latency = _run_step(out, "latency", lambda: step_latency(study, arm, base_url, opts.api_key, say),
+                                    keep=lambda partial: setattr(out, "latency", partial))
             _say_latency(say, arm, out.latency, out.step_s.get("latency"))
             if study.sweep.concurrency:
                 say(f"[{arm.name}] sweep: concurrency {list(study.sweep.concurrency)}")
-                out.sweep = _run_step(out, "sweep", lambda: step_sweep(study, arm, base_url, opts.api_key))
+                out.sweep = _run_step(out, "sweep", lambda: step_sweep(study, arm, base_url, opts.api_key),
+                                      keep=lambda partial: setattr(out, "sweep", partial))
                 _say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
+                sweep = out.sweep
                 if baseline is not None and baseline.sweep is not None and not arm.baseline:
                     with contextlib.suppress(StepError):  # a plot is a view of measured rows, not a measurement
-                        png = _run_step(out, "plot", lambda: step_plot(arm, out.sweep, baseline, workdir))
+                        png = _run_step(out, "plot", lambda: step_plot(arm, sweep, baseline, workdir))
                         out.plots[f"plots/{png.name}"] = png
                         say(f"[{arm.name}] speedup plot vs {baseline.arm.name}: {png}")
             if study.eval.task:
@@ -141,7 +168,8 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 say(f"[{arm.name}] eval: {ev.task}, {ev.num_questions} questions, {ev.num_shots}-shot, "
                     f"max_tokens {ev.max_tokens}")
                 out.eval, out.eval_records = _run_step(
-                    out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir))
+                    out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir),
+                    keep=lambda partial: _keep_eval(out, partial))
                 _say_eval(say, arm, out.eval, out.step_s.get("eval"))
             if study.kl_wanted(arm):
                 if opts.base_url:
@@ -154,16 +182,27 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                     say(f"[{arm.name}] kl: top-1 agreement {out.kl.top1_agree * 100:.1f}%, "
                         f"mean KL {out.kl.kl_mean:.4f} nats over {out.kl.n_positions} positions (measured)"
                         f"{_took(out.step_s.get('kl'))}")
-        out.status = "FINISHED"
+        out.status = STATUS_FINISHED
         say(f"[{arm.name}] done in {time.perf_counter() - t_arm:.0f} s")
     except StepError as exc:
-        out.status, out.error = "FAILED", str(exc)
-        out.failed_step = str(exc).split(":", 1)[0]
+        out.status, out.error = STATUS_FAILED, str(exc)
+        out.failed_step = out.step or str(exc).split(":", 1)[0]
         say(f"[{arm.name}] FAILED at {exc}")
-    except KeyboardInterrupt:
-        out.status, out.error, out.failed_step = "KILLED", "interrupted", "interrupted"
+    except KeyboardInterrupt as exc:
+        intr = as_interrupted(exc)
+        out.status, out.failed_step = STATUS_KILLED, out.step or "between steps"
+        out.error = f"{intr.reason} in step {out.failed_step}"
+        say(f"[{arm.name}] KILLED: {out.error}; logging what it measured ({', '.join(out.steps) or 'nothing'})")
+        raise intr from None
+    except Exception as exc:
+        out.status, out.failed_step = STATUS_FAILED, out.step or "between steps"
+        out.error = f"{out.failed_step}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         raise
     return out
+
+
+def _keep_eval(out: ArmOutcome, partial: tuple[EvalResult, Path]) -> None:
+    out.eval, out.eval_records = partial
 
 
 # --- the study ---------------------------------------------------------------------------------------------
@@ -178,11 +217,53 @@ def _workdir(study: Study, opts: RunOptions) -> Path:
     return d
 
 
+@dataclass
+class _Held:
+    """What the study holds and has not logged yet: the parent run and the arm in progress. A forced exit
+    (a second Ctrl-C or signal) spools it instead of losing it."""
+
+    tracker: Tracker
+    experiment: str
+    say: Progress
+    parent: Logged | None = None
+    arm: ArmOutcome | None = None
+    record: Callable[[ArmOutcome], RunRecord] | None = None
+
+    def force(self, signum: int) -> None:
+        from quantrack.engines.lifecycle import kill_all
+        from quantrack.tracking import _spool_terminate, now_ms, spool_record
+
+        reason = f"forced exit ({signal_name(signum)} while stopping)"
+        self.say(f"{signal_name(signum)} again: exiting now; engines killed, what is held goes to the spool "
+                 "(`quantrack sync` uploads it)")
+        kill_all()
+        out, self.arm = self.arm, None
+        if out is not None and self.record is not None:
+            if out.status in ("RUNNING", STATUS_FINISHED):
+                out.status, out.failed_step = STATUS_KILLED, out.step or "between steps"
+            out.error = out.error or reason
+            spool_record(self.record(out), self.tracker.uri, reason)
+        if self.parent is not None:
+            _spool_terminate(self.tracker.uri, self.experiment, self.parent.uuid, STATUS_KILLED, now_ms())
+
+
 def run_study(study: Study, opts: RunOptions | None = None, progress: Progress | None = None,
               tracker: Tracker | None = None) -> StudyResult:
-    """Run (or measure, with --base-url) every arm of a study and log each as a nested MLflow run."""
+    """Run (or measure, with --base-url) every arm of a study and log each as a nested MLflow run.
+
+    Ctrl-C, SIGTERM or SIGHUP (in the main thread) stop the study: the arm in progress is logged KILLED
+    with every figure and artifact it had and the step it was in, its engine stopped, the parent run
+    ended KILLED, and ``Interrupted`` (exit status 128 + signal) is raised. A second one forces the exit
+    and spools what is held. An exception ends the arm and the parent FAILED and is re-raised."""
     opts = opts or RunOptions()
     say = progress or (lambda _m: None)
+    held: list[_Held] = []
+    with signals_raise(lambda signum: held[0].force(signum) if held else None):
+        return _run_study(study, opts, say, tracker, held)
+
+
+def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker | None,
+               held_slot: list[_Held]) -> StudyResult:
     t_study = time.perf_counter()
     names = tuple(dict.fromkeys((opts.arm,) if isinstance(opts.arm, str) else (opts.arm or ())))
     if opts.base_url and (len(names) > 1 or (not names and len(study.arms) > 1)):
@@ -190,8 +271,10 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
                        f"(arms: {', '.join(a.name for a in study.arms)})")
     if opts.server_log and not opts.base_url:
         raise BadInput("--server-log goes with --base-url (a server quantrack did not start)")
-    if opts.server_log and not Path(opts.server_log).is_file():
-        raise BadInput(f"--server-log {opts.server_log!r}: no such file")
+    if opts.server_log:
+        from quantrack.run.imported import check_server_log
+
+        check_server_log(Path(opts.server_log), study.engine.kind)
     prices = _load_prices(opts.prices)
     refs = {a.name: a.model for a in study.arms if a.model}
     study, resolved = _resolve_models(study, say)
@@ -204,41 +287,53 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     node = node_facts()
     api_key = opts.api_key or os.environ.get("QUANTRACK_API_KEY")
     secrets = tuple(s for s in (api_key,) if s)
+    arm_opts = RunOptions(**{**opts.__dict__, "api_key": api_key})
     say(f"study {study.name!r}: {len(arms)} arm(s), engine {study.engine.kind}, tracking {tracker.uri} "
         f"(experiment {experiment!r})")
     for note in sorted({r.note for r in resolved.values() if r.note}):
         say(note)
     say(f"baseline: {study.baseline.name} ({study.baseline.label()}); work files in {workdir}")
-    parent = tracker.log(study_record(study, experiment, node))
+    held = _Held(tracker=tracker, experiment=experiment, say=say)
+    held_slot.append(held)
+    parent = held.parent = tracker.log(study_record(study, experiment, node))
     outcomes: list[ArmOutcome] = []
     logged: dict[str, Logged] = {}
     baseline_acc = _stored_baseline_accuracy(study, tracker) if names else None
     baseline_out: ArmOutcome | None = None
-    parent_status = "FAILED"
+
+    def arm_record(out: ArmOutcome) -> RunRecord:
+        if refs.get(out.arm.name) and out.arm.model != refs[out.arm.name]:
+            out.model_ref = refs[out.arm.name]
+        return record_for_arm(study, out, experiment=experiment, parent_uuid=parent.uuid,
+                              baseline_accuracy=None if out.arm.baseline else baseline_acc, extra_secrets=secrets)
+
+    held.record = arm_record
+    parent_status = STATUS_FAILED
     try:
         for arm in arms:
             say(f"[{arm.name}] {arm.label()}" + (f", model {refs[arm.name]}" if arm.name in refs else ""))
-            out = ArmOutcome(arm=arm, node=dict(node))
+            out = held.arm = ArmOutcome(arm=arm, node=dict(node))
             try:
-                out = run_arm(study, arm, RunOptions(**{**opts.__dict__, "api_key": api_key}), workdir, node, say,
-                              baseline=baseline_out)
-            finally:
-                if refs.get(arm.name) and arm.model != refs[arm.name]:
-                    out.model_ref = refs[arm.name]
-                rec = record_for_arm(study, out, experiment=experiment, parent_uuid=parent.uuid,
-                                     baseline_accuracy=None if arm.baseline else baseline_acc,
-                                     extra_secrets=secrets)
-                logged[arm.name] = tracker.log(rec)
+                run_arm(study, arm, arm_opts, workdir, node, say, baseline=baseline_out, out=out)
+            finally:  # whatever ended the arm: it is logged with everything it measured, in the state it ended
+                logged[arm.name] = _log_arm(tracker, arm_record(out))
+                held.arm = None
                 outcomes.append(out)
                 where = logged[arm.name].run_id or f"spool {logged[arm.name].spooled}"
-                say(f"[{arm.name}] logged {rec.status} -> {where}")
+                say(f"[{arm.name}] logged {out.status if out.status != 'RUNNING' else STATUS_FAILED} -> {where}")
             if arm.baseline and out.eval is not None:
-                baseline_acc = _num(out.eval, "accuracy")
-            if arm.baseline and out.status == "FINISHED":
+                baseline_acc = out.eval.accuracy
+            if arm.baseline and out.status == STATUS_FINISHED:
                 baseline_out = out
-        parent_status = "FAILED" if any(o.status == "FAILED" for o in outcomes) else "FINISHED"
+        parent_status = STATUS_FAILED if any(o.status == STATUS_FAILED for o in outcomes) else STATUS_FINISHED
+    except KeyboardInterrupt:
+        parent_status = STATUS_KILLED
+        raise
     finally:
         tracker.finish(parent, parent_status)
+        held.parent = None
+        if parent_status != STATUS_FINISHED:
+            say(f"study {study.name!r}: parent run ended {parent_status}")
     result = StudyResult(study=study, experiment=experiment, outcomes=outcomes, parent=parent, logged=logged,
                          plots=[p for o in outcomes for p in o.plots.values()])
     result.table = study_table(result, tracker.uri, say, prices)
@@ -248,6 +343,17 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     say(f"study {study.name!r} done in {result.wall_s:.0f} s ({len(outcomes)} arm(s); parent run "
         f"{parent.run_id or parent.spooled})")
     return result
+
+
+def _log_arm(tracker: Tracker, rec: RunRecord) -> Logged:
+    """Log the arm's record; an interrupt that lands while it is being sent spools it, then goes on."""
+    try:
+        return tracker.log(rec)
+    except KeyboardInterrupt:
+        from quantrack.tracking import spool_record
+
+        spool_record(rec, tracker.uri, "interrupted while logging")
+        raise
 
 
 def _resolve_models(study: Study, say: Progress) -> tuple[Study, dict[str, Any]]:

@@ -9,17 +9,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
 from quantrack.errors import QuantrackError
+from quantrack.run.schema import STATUS_FAILED
 from quantrack.study import Study
 from quantrack.tracking import Logged
 
+if TYPE_CHECKING:
+    from quantrack.accuracy.gsm8k import EvalResult
+    from quantrack.accuracy.kl import KLResult
+    from quantrack.engines.base import LogReport
+    from quantrack.measure.latency import LatencyResult
+    from quantrack.measure.sweep import SweepResult
+    from quantrack.rulebook import Verdict
+
 Progress = Callable[[str], None]
 
-# Status of an arm the rulebook rejected: it was never started (MLflow has no "rejected" status).
-STATUS_REJECTED = "KILLED"
 
 
 class StepError(QuantrackError):
@@ -35,25 +42,26 @@ class ArmOutcome:
     arm: Arm
     status: str = "RUNNING"
     verdict: str | None = None
-    verdicts: list[Any] = field(default_factory=list)
-    predicted: Any = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    predicted: dict[str, Any] | None = None  # quantrack.capacity.predict_for_arm (derived)
     launch_argv: list[str] | None = None
     launch_env: dict[str, str] = field(default_factory=dict)
     server_log: Path | None = None
     base_url: str | None = None
-    log_report: Any = None
+    log_report: LogReport | None = None
     live: dict[str, Any] | None = None
-    latency: Any = None  # LatencyResult
+    latency: LatencyResult | None = None
     latency_row: dict[str, Any] | None = None  # an imported latency row (quantrack log)
-    sweep: Any = None
-    eval: Any = None  # EvalResult
+    sweep: SweepResult | None = None
+    eval: EvalResult | None = None
     eval_records: Path | None = None
-    kl: Any = None  # KLResult against the baseline arm
+    kl: KLResult | None = None  # against the baseline arm
     model_ref: str | None = None  # the study's model reference (smollm2:Q8_0) the file was resolved from
     plots: dict[str, Path] = field(default_factory=dict)  # artifact path -> local PNG
     node: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    failed_step: str | None = None
+    failed_step: str | None = None  # the step the arm was in when it failed or was interrupted
+    step: str | None = None  # the step in progress (None between steps)
     steps: list[str] = field(default_factory=list)  # steps that completed
     step_s: dict[str, float] = field(default_factory=dict)  # wall seconds per completed step (measured)
     start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
@@ -84,4 +92,4 @@ class StudyResult:
 
     @property
     def failed(self) -> list[str]:
-        return [o.arm.name for o in self.outcomes if o.status == "FAILED"]
+        return [o.arm.name for o in self.outcomes if o.status == STATUS_FAILED]

@@ -8,13 +8,18 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
 from quantrack.redact import redact_argv, redact_env, secret_values
+from quantrack.run import schema
 from quantrack.run.outcome import ArmOutcome
+from quantrack.run.schema import Artifact, Metric, Param, Tag
 from quantrack.study import Study
 from quantrack.tracking import RunRecord, provenance_tags
+
+if TYPE_CHECKING:
+    from quantrack.measure.sweep import SweepResult
 
 
 def kv_figures(out: ArmOutcome) -> dict[str, float]:
@@ -25,14 +30,14 @@ def kv_figures(out: ArmOutcome) -> dict[str, float]:
     rep_mib = extra.get("kv_mib")
     pred_mib = _num(pred, "engine_kv_mib") if pred is not None else None
     if isinstance(rep_mib, (int, float)):
-        figs["kv_mib_reported"] = float(rep_mib)
+        figs[Metric.KV_MIB_REPORTED] = float(rep_mib)
     if pred_mib is not None:
-        figs["kv_mib_predicted"] = pred_mib
-    if "kv_mib_reported" in figs and pred_mib:
-        figs["kv_mib_error_pct"] = (figs["kv_mib_reported"] - pred_mib) / pred_mib * 100.0
+        figs[Metric.KV_MIB_PREDICTED] = pred_mib
+    if Metric.KV_MIB_REPORTED in figs and pred_mib:
+        figs[Metric.KV_MIB_ERROR_PCT] = (figs[Metric.KV_MIB_REPORTED] - pred_mib) / pred_mib * 100.0
     if isinstance(extra.get("kv_cells"), int):
-        figs["kv_cells_per_stream"] = float(extra["kv_cells"])
-        figs["kv_streams"] = float(extra.get("kv_streams") or 1)
+        figs[Metric.KV_CELLS_PER_STREAM] = float(extra["kv_cells"])
+        figs[Metric.KV_STREAMS] = float(extra.get("kv_streams") or 1)
     return figs
 
 
@@ -69,134 +74,141 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     rec.secrets = secret_values({**dict(study.engine.env), **out.launch_env, **arm.env_dict}, extra_secrets)
     rep, live, node = out.log_report, out.live or {}, out.node
     # params: what was run, where
-    rec.param("study", study.name)
-    rec.param("arm", arm.name)
-    rec.param("engine", study.engine.kind)
-    rec.param("engine_version", getattr(rep, "engine_version", None) or live.get("engine_version")
+    rec.param(Param.STUDY, study.name)
+    rec.param(Param.ARM, arm.name)
+    rec.param(Param.ENGINE, study.engine.kind)
+    rec.param(Param.ENGINE_VERSION, getattr(rep, "engine_version", None) or live.get("engine_version")
               or study.engine.version)
-    rec.param("model", arm.model or study.model.path or study.model.gguf or study.model.name)
-    rec.param("model_name", study.model.name)
-    rec.param("model_ref", out.model_ref)
-    rec.param("model_revision", study.model.revision)
-    rec.param("weights", arm.weights)
-    rec.param("quantization", arm.quantization or "none")
-    rec.param("kv_cache_dtype", arm.kv)
-    rec.param("kv_cache_dtype_effective", _effective_kv(arm, rep))
-    rec.param("dtype", arm.dtype)
-    rec.param("dtype_effective", getattr(rep, "dtype", None))
-    rec.param("engine_args", list(redact_argv(arm.engine_args)) or None)
-    rec.param("gpu_name", node.get("gpu_name") or (study.gpu.name if study.gpu.name != "auto" else None))
-    rec.param("gpu_catalog", study.gpu.name)
-    rec.param("compute_capability", node.get("compute_capability"))
-    rec.param("driver", node.get("driver"))
-    rec.param("cuda_driver", node.get("cuda_driver"))
-    rec.param("cuda", study.gpu.cuda)
-    rec.param("mig", node.get("mig"))
-    rec.param("hostname", node.get("hostname"))
-    rec.param("gpu_util", study.gpu.util)
-    rec.param("max_model_len", study.context_len)
-    rec.param("tp", study.gpu.count)
-    rec.param("parallel", study.parallel if study.engine.kind == "llamacpp" else None)
-    rec.param("input_tokens", study.latency.input_tokens)
-    rec.param("output_tokens", study.latency.output_tokens)
-    rec.param("latency_warmup", study.latency.warmup)
-    rec.param("latency_iterations", study.latency.iterations)
-    rec.param("latency_endpoint", "chat" if study.latency.chat else "completions")
+    rec.param(Param.MODEL, arm.model or study.model.path or study.model.gguf or study.model.name)
+    rec.param(Param.MODEL_NAME, study.model.name)
+    rec.param(Param.MODEL_REF, out.model_ref)
+    rec.param(Param.MODEL_REVISION, study.model.revision)
+    rec.param(Param.WEIGHTS, arm.weights)
+    rec.param(Param.QUANTIZATION, arm.quantization or "none")
+    rec.param(Param.KV_CACHE_DTYPE, arm.kv)
+    rec.param(Param.KV_CACHE_DTYPE_EFFECTIVE, _effective_kv(arm, rep))
+    rec.param(Param.DTYPE, arm.dtype)
+    rec.param(Param.DTYPE_EFFECTIVE, getattr(rep, "dtype", None))
+    rec.param(Param.ENGINE_ARGS, list(redact_argv(arm.engine_args)) or None)
+    rec.param(Param.GPU_NAME, node.get("gpu_name") or (study.gpu.name if study.gpu.name != "auto" else None))
+    rec.param(Param.GPU_CATALOG, study.gpu.name)
+    rec.param(Param.COMPUTE_CAPABILITY, node.get("compute_capability"))
+    rec.param(Param.DRIVER, node.get("driver"))
+    rec.param(Param.CUDA_DRIVER, node.get("cuda_driver"))
+    rec.param(Param.CUDA, study.gpu.cuda)
+    rec.param(Param.MIG, node.get("mig"))
+    rec.param(Param.HOSTNAME, node.get("hostname"))
+    rec.param(Param.GPU_UTIL, study.gpu.util)
+    rec.param(Param.MAX_MODEL_LEN, study.context_len)
+    rec.param(Param.TP, study.gpu.count)
+    rec.param(Param.PARALLEL, study.parallel if study.engine.kind == "llamacpp" else None)
+    rec.param(Param.INPUT_TOKENS, study.latency.input_tokens)
+    rec.param(Param.OUTPUT_TOKENS, study.latency.output_tokens)
+    rec.param(Param.LATENCY_WARMUP, study.latency.warmup)
+    rec.param(Param.LATENCY_ITERATIONS, study.latency.iterations)
+    rec.param(Param.LATENCY_ENDPOINT, "chat" if study.latency.chat else "completions")
     if study.sweep.concurrency:
-        rec.param("sweep_concurrency", ",".join(str(c) for c in study.sweep.concurrency))
+        rec.param(Param.SWEEP_CONCURRENCY, ",".join(str(c) for c in study.sweep.concurrency))
     if study.eval.task:
-        rec.param("eval_task", study.eval.task)
-        rec.param("eval_num_questions", study.eval.num_questions)
-        rec.param("eval_num_shots", study.eval.num_shots)
-        rec.param("eval_max_tokens", study.eval.max_tokens)
-        rec.param("eval_seed", study.eval.seed)
-        rec.param("eval_style", study.eval.style)
+        rec.param(Param.EVAL_TASK, study.eval.task)
+        rec.param(Param.EVAL_NUM_QUESTIONS, study.eval.num_questions)
+        rec.param(Param.EVAL_NUM_SHOTS, study.eval.num_shots)
+        rec.param(Param.EVAL_MAX_TOKENS, study.eval.max_tokens)
+        rec.param(Param.EVAL_SEED, study.eval.seed)
+        rec.param(Param.EVAL_STYLE, study.eval.style)
     if study.kl_wanted(arm):
-        rec.param("kl_tokens", study.eval.kl_tokens)
-        rec.param("kl_top_k", study.eval.kl_top_k)
-        rec.param("kl_baseline", study.baseline.name)
+        rec.param(Param.KL_TOKENS, study.eval.kl_tokens)
+        rec.param(Param.KL_TOP_K, study.eval.kl_top_k)
+        rec.param(Param.KL_BASELINE, study.baseline.name)
     # tags
     for k, v in provenance_tags().items():
         rec.tag(k, v)
-    rec.tag("quantrack.role", "arm")
-    rec.tag("quantrack.study", study.name)
-    rec.tag("quantrack.arm", arm.name)
-    rec.tag("quantrack.source", out.source)
-    rec.tag("quantrack.baseline", "true" if arm.baseline else "false")
-    rec.tag("quantrack.verdict", out.verdict)
-    rec.tag("quantrack.rule_ids", ",".join(sorted({getattr(v, "rule_id", "") for v in out.verdicts
+    rec.tag(Tag.ROLE, "arm")
+    rec.tag(Tag.STUDY, study.name)
+    rec.tag(Tag.ARM, arm.name)
+    rec.tag(Tag.SOURCE, out.source)
+    rec.tag(Tag.BASELINE, "true" if arm.baseline else "false")
+    rec.tag(Tag.VERDICT, out.verdict)
+    rec.tag(Tag.RULE_IDS, ",".join(sorted({getattr(v, "rule_id", "") for v in out.verdicts
                                                     if getattr(v, "verdict", "allow") != "allow"} - {""})) or None)
     if out.error:
-        rec.tag("quantrack.error", out.error)
-        rec.tag("quantrack.failed_step", out.failed_step)
+        rec.tag(Tag.ERROR, out.error)
+        rec.tag(Tag.FAILED_STEP, out.failed_step)
     if rep is not None:
         fbs = list(getattr(rep, "fallbacks", []) or [])
-        rec.tag("quantrack.fallback", "yes" if fbs else "no")
+        rec.tag(Tag.FALLBACK, fallback_state(rep))
         if fbs:
-            rec.tag("quantrack.fallback_kinds", ",".join(sorted({e.kind for e in fbs})))
-            rec.tag("quantrack.fallback_evidence", f"{Path(str(rep.source or 'log')).name}:{fbs[0].line_no}: "
+            rec.tag(Tag.FALLBACK_KINDS, ",".join(sorted({e.kind for e in fbs})))
+            rec.tag(Tag.FALLBACK_EVIDENCE, f"{Path(str(rep.source or 'log')).name}:{fbs[0].line_no}: "
                                                     f"{fbs[0].line.strip()}")
-        rec.tag("quantrack.effective_kernel", getattr(rep, "linear_kernel", None))
-        rec.tag("quantrack.attention_backend", getattr(rep, "attention_backend", None))
-        rec.tag("quantrack.log_quantization", getattr(rep, "quantization", None))
-        rec.tag("quantrack.log_not_found", ",".join(getattr(rep, "not_found", []) or []) or None)
+        rec.tag(Tag.EFFECTIVE_KERNEL, getattr(rep, "linear_kernel", None))
+        rec.tag(Tag.ATTENTION_BACKEND, getattr(rep, "attention_backend", None))
+        rec.tag(Tag.LOG_QUANTIZATION, getattr(rep, "quantization", None))
+        rec.tag(Tag.LOG_NOT_FOUND, ",".join(getattr(rep, "not_found", []) or []) or None)
     # metrics: capacity (measured from the log; predicted is derived)
     if rep is not None:
-        rec.metric("weights_gib", rep.weights_gib)
-        rec.metric("kv_tokens_reported", rep.kv_cache_tokens)
-        rec.metric("available_kv_gib", rep.available_kv_gib)
-        rec.metric("max_concurrency", rep.max_concurrency)
-        rec.metric("cuda_graph_gib", rep.cuda_graph_gib)
-    predicted_tokens = _num(out.predicted, "engine_tokens")
-    rec.metric("kv_tokens_predicted", predicted_tokens)
+        rec.metric(Metric.WEIGHTS_GIB, rep.weights_gib)
+        rec.metric(Metric.KV_TOKENS_REPORTED, rep.kv_cache_tokens)
+        rec.metric(Metric.AVAILABLE_KV_GIB, rep.available_kv_gib)
+        rec.metric(Metric.MAX_CONCURRENCY, rep.max_concurrency)
+        rec.metric(Metric.CUDA_GRAPH_GIB, rep.cuda_graph_gib)
+    predicted_tokens = _num(out.predicted or {}, "engine_tokens")
+    rec.metric(Metric.KV_TOKENS_PREDICTED, predicted_tokens)
     reported = getattr(rep, "kv_cache_tokens", None)
     if predicted_tokens and reported is not None:
-        rec.metric("capacity_error_pct", (reported - predicted_tokens) / predicted_tokens * 100.0)
+        rec.metric(Metric.CAPACITY_ERROR_PCT, (reported - predicted_tokens) / predicted_tokens * 100.0)
     for key, value in kv_figures(out).items():
         rec.metric(key, value)
     for step, seconds in out.step_s.items():
-        rec.metric(f"step_{step}_s", seconds)
+        rec.metric(schema.step_seconds(step), seconds)
     _latency_metrics(rec, out)
     _sweep_metrics(rec, out.sweep)
     _eval_metrics(rec, out, baseline_accuracy)
-    if out.kl is not None and hasattr(out.kl, "metrics"):
-        for k, v in out.kl.metrics().items():
-            rec.metric(k, v)
-    rec.tag("quantrack.derived_metrics", "kv_tokens_predicted,capacity_error_pct,kv_mib_predicted,kv_mib_error_pct,"
-                                         "tpot_vs_server_pct,gsm8k_delta_vs_baseline")
+    if out.kl is not None:
+        for name, value in out.kl.metrics().items():
+            rec.metric(name, value)
+    rec.tag(Tag.DERIVED_METRICS, ",".join(schema.DERIVED_METRICS))
     # artifacts
     if out.launch_argv:
-        rec.artifacts["launch/command.txt"] = " ".join(redact_argv(out.launch_argv, rec.secrets)) + "\n"
-        rec.artifacts["launch/env.json"] = json.dumps(redact_env(out.launch_env), indent=1, sort_keys=True)
+        rec.artifacts[Artifact.LAUNCH_COMMAND] = " ".join(redact_argv(out.launch_argv, rec.secrets)) + "\n"
+        rec.artifacts[Artifact.LAUNCH_ENV] = json.dumps(redact_env(out.launch_env), indent=1, sort_keys=True)
     if out.server_log is not None and Path(out.server_log).is_file():
-        rec.artifact_files[f"server/{Path(out.server_log).name}"] = str(out.server_log)
+        rec.artifact_files[schema.server_log(Path(out.server_log).name)] = str(out.server_log)
     if rep is not None:
-        rec.artifacts["server/log_report.json"] = json.dumps(rep.to_dict(), indent=1, default=str)
+        rec.artifacts[Artifact.SERVER_LOG_REPORT] = json.dumps(rep.to_dict(), indent=1, default=str)
     if out.live:
-        rec.artifacts["server/live.json"] = json.dumps(out.live, indent=1, default=str)
-    if out.latency is not None and hasattr(out.latency, "to_row"):
-        rec.artifacts["latency/latency.json"] = json.dumps(out.latency.to_row(), indent=1, default=str)
+        rec.artifacts[Artifact.SERVER_LIVE] = json.dumps(out.live, indent=1, default=str)
+    if out.latency is not None:
+        rec.artifacts[Artifact.LATENCY_LATENCY] = json.dumps(out.latency.to_row(), indent=1, default=str)
     elif out.latency_row is not None:
-        rec.artifacts["latency/latency.json"] = json.dumps(out.latency_row, indent=1, default=str)
+        rec.artifacts[Artifact.LATENCY_LATENCY] = json.dumps(out.latency_row, indent=1, default=str)
     if out.sweep is not None:
-        data = out.sweep.to_dict() if hasattr(out.sweep, "to_dict") else out.sweep
-        rec.artifacts["sweep/sweep.json"] = json.dumps(data, indent=1, default=str)
+        rec.artifacts[Artifact.SWEEP_SWEEP] = json.dumps(out.sweep.to_dict(), indent=1, default=str)
     if out.eval is not None:
-        data = out.eval.to_dict() if hasattr(out.eval, "to_dict") else out.eval
-        rec.artifacts["eval/result.json"] = json.dumps(data, indent=1, default=str)
+        rec.artifacts[Artifact.EVAL_RESULT] = json.dumps(out.eval.to_dict(), indent=1, default=str)
     if out.eval_records is not None and Path(out.eval_records).is_file():
-        rec.artifact_files["eval/records.jsonl"] = str(out.eval_records)
-    if out.kl is not None and hasattr(out.kl, "to_dict"):
-        rec.artifacts["kl/result.json"] = json.dumps(out.kl.to_dict(), indent=1, default=str)
+        rec.artifact_files[Artifact.EVAL_RECORDS] = str(out.eval_records)
+    if out.kl is not None:
+        rec.artifacts[Artifact.KL_RESULT] = json.dumps(out.kl.to_dict(), indent=1, default=str)
     for rel, png in out.plots.items():
         if Path(png).is_file():
             rec.artifact_files[rel] = str(png)
     if out.verdicts:
-        rec.artifacts["preflight/verdicts.json"] = json.dumps(
-            [v.to_dict() if hasattr(v, "to_dict") else v for v in out.verdicts], indent=1, default=str)
+        rec.artifacts[Artifact.PREFLIGHT_VERDICTS] = json.dumps(
+            [v.to_dict() for v in out.verdicts], indent=1, default=str)
     rec.status = out.status if out.status != "RUNNING" else "FAILED"
     rec.end_ms = int(time.time() * 1000)
     return rec
+
+
+def fallback_state(rep: Any) -> str:
+    """``yes`` (the log shows a fallback), ``no`` (a log of a known engine that got as far as loading the
+    weights and shows none), else ``unknown``: a log that says nothing is never read as "no fallback"."""
+    if list(getattr(rep, "fallbacks", []) or []):
+        return schema.FALLBACK_YES
+    if getattr(rep, "engine", None) and getattr(rep, "weights_gib", None) is not None:
+        return schema.FALLBACK_NO
+    return schema.FALLBACK_UNKNOWN
 
 
 def _effective_kv(arm: Arm, rep: Any) -> str | None:
@@ -211,29 +223,30 @@ def _effective_kv(arm: Arm, rep: Any) -> str | None:
 
 def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
     lat = out.latency
-    if lat is not None and hasattr(lat, "stats"):
+    if lat is not None:
         st = lat.stats()
         for key, s in st.items():
             if s is None:
                 continue
             if key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "server_tpot_ms"):
-                rec.metric(f"{key}_p50", s.median)
-                rec.metric(f"{key}_mean", s.mean)
+                rec.metric(schema.latency_stat(key, "p50"), s.median)
+                rec.metric(schema.latency_stat(key, "mean"), s.mean)
             if key in ("itl_ms", "ttft_ms", "tpot_ms"):
-                rec.metric(f"{key}_p90", s.p90)
-                rec.metric(f"{key}_p99", s.p99)
+                rec.metric(schema.latency_stat(key, "p90"), s.p90)
+                rec.metric(schema.latency_stat(key, "p99"), s.p99)
             if key in ("tpot_ms", "ttft_ms") and s.ci95_low is not None:
-                rec.metric(f"{key}_ci_low", s.ci95_low)
-                rec.metric(f"{key}_ci_high", s.ci95_high)
+                rec.metric(schema.latency_stat(key, "ci_low"), s.ci95_low)
+                rec.metric(schema.latency_stat(key, "ci_high"), s.ci95_high)
             if key == "decode_tok_s":
-                rec.metric("decode_tok_s_p50", s.median)
+                rec.metric(Metric.DECODE_TOK_S_P50, s.median)
         ok = lat.ok_samples
-        rec.metric("latency_n_ok", len(ok))
-        rec.metric("latency_n_failed", lat.n_failed)
-        rec.metric("server_tpot_ms", st["server_tpot_ms"].median if st.get("server_tpot_ms") else None)
-        rec.metric("tpot_vs_server_pct", lat.tpot_vs_server_median_pct())
-        rec.series("sample_tpot_ms", [s.tpot * 1000 for s in ok if s.tpot is not None])
-        rec.series("sample_ttft_ms", [s.ttft * 1000 for s in ok if s.ttft is not None])
+        rec.metric(Metric.LATENCY_N_OK, len(ok))
+        rec.metric(Metric.LATENCY_N_FAILED, lat.n_failed)
+        server = st.get("server_tpot_ms")
+        rec.metric(Metric.SERVER_TPOT_MS, server.median if server is not None else None)
+        rec.metric(Metric.TPOT_VS_SERVER_PCT, lat.tpot_vs_server_median_pct())
+        rec.series(Metric.SAMPLE_TPOT_MS, [s.tpot * 1000 for s in ok if s.tpot is not None])
+        rec.series(Metric.SAMPLE_TTFT_MS, [s.ttft * 1000 for s in ok if s.ttft is not None])
         return
     row = out.latency_row
     if row is None:
@@ -242,75 +255,73 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
                       ("server_tpot_ms", "server_tpot_ms")):
         s = row.get(key)
         if isinstance(s, dict):
-            rec.metric(f"{name}_p50", s.get("median"))
-            rec.metric(f"{name}_mean", s.get("mean"))
+            rec.metric(schema.latency_stat(name, "p50"), s.get("median"))
+            rec.metric(schema.latency_stat(name, "mean"), s.get("mean"))
             if key in ("itl_ms", "ttft_ms", "tpot_ms"):
-                rec.metric(f"{name}_p90", s.get("p90"))
-                rec.metric(f"{name}_p99", s.get("p99"))
+                rec.metric(schema.latency_stat(name, "p90"), s.get("p90"))
+                rec.metric(schema.latency_stat(name, "p99"), s.get("p99"))
             if key in ("tpot_ms", "ttft_ms"):
-                rec.metric(f"{name}_ci_low", s.get("ci95_low"))
-                rec.metric(f"{name}_ci_high", s.get("ci95_high"))
+                rec.metric(schema.latency_stat(name, "ci_low"), s.get("ci95_low"))
+                rec.metric(schema.latency_stat(name, "ci_high"), s.get("ci95_high"))
     if isinstance(row.get("server_tpot_ms"), dict):
-        rec.metric("server_tpot_ms", row["server_tpot_ms"].get("median"))
-    rec.metric("latency_n_ok", row.get("n_ok"))
-    rec.metric("latency_n_failed", row.get("n_failed"))
+        rec.metric(Metric.SERVER_TPOT_MS, row["server_tpot_ms"].get("median"))
+    rec.metric(Metric.LATENCY_N_OK, row.get("n_ok"))
+    rec.metric(Metric.LATENCY_N_FAILED, row.get("n_failed"))
     samples = row.get("samples") or []
-    rec.series("sample_tpot_ms", [s["tpot_ms"] for s in samples if isinstance(s, dict) and s.get("ok", True)
+    rec.series(Metric.SAMPLE_TPOT_MS, [s["tpot_ms"] for s in samples if isinstance(s, dict) and s.get("ok", True)
                                   and isinstance(s.get("tpot_ms"), (int, float))])
     # the lab's reference client (the lab reference client latency.py): medians over its measured batch-1 requests,
     # and per concurrency level the median TPOT/TTFT and the output tokens/s of the level
     b1 = row.get("batch1")
     if isinstance(b1, dict):
-        rec.metric("ttft_ms_p50", b1.get("ttft_ms"))
-        rec.metric("tpot_ms_p50", b1.get("tpot_ms"))
-        rec.metric("e2e_ms_p50", b1.get("e2e_ms"))
+        rec.metric(Metric.TTFT_MS_P50, b1.get("ttft_ms"))
+        rec.metric(Metric.TPOT_MS_P50, b1.get("tpot_ms"))
+        rec.metric(Metric.E2E_MS_P50, b1.get("e2e_ms"))
         if isinstance(b1.get("tokens"), list):
-            rec.metric("latency_n_ok", len(b1["tokens"]))
+            rec.metric(Metric.LATENCY_N_OK, len(b1["tokens"]))
     for key, val in row.items():
         if key.startswith("conc") and key[4:].isdigit() and isinstance(val, dict):
             c = int(key[4:])
-            rec.metric(f"sweep_output_tps_c{c}", val.get("out_tok_per_s"))
-            rec.metric(f"sweep_tpot_ms_p50_c{c}", val.get("tpot_ms"))
-            rec.metric(f"sweep_ttft_ms_p50_c{c}", val.get("ttft_ms"))
+            rec.metric(schema.sweep_output_tps(c), val.get("out_tok_per_s"))
+            rec.metric(schema.sweep_tpot_p50(c), val.get("tpot_ms"))
+            rec.metric(schema.sweep_ttft_p50(c), val.get("ttft_ms"))
 
 
-def _sweep_metrics(rec: RunRecord, sweep: Any) -> None:
+def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:
     if sweep is None:
         return
-    # quantrack.measure.sweep.SweepResult.rows: one dict per level (concurrency, output_tok_s, request_s, ...)
-    levels = getattr(sweep, "rows", None) or (sweep.get("rows") if isinstance(sweep, dict) else None) or []
-    for lv in levels:
+    # SweepResult.rows: one dict per level (concurrency, output_tok_s, request_s, ...)
+    for lv in sweep.rows:
         c = _num(lv, "concurrency")
         if c is None:
             continue
         ci = int(c)
-        rec.metric(f"sweep_output_tps_c{ci}", _num(lv, "output_tok_s"))
-        rec.metric(f"sweep_tpot_ms_p50_c{ci}", _num(lv, "tpot_p50_ms"))
-        rec.metric(f"sweep_ttft_ms_p50_c{ci}", _num(lv, "ttft_p50_ms"))
-        rec.metric(f"sweep_request_tps_c{ci}", _num(lv, "request_s"))
+        rec.metric(schema.sweep_output_tps(ci), _num(lv, "output_tok_s"))
+        rec.metric(schema.sweep_tpot_p50(ci), _num(lv, "tpot_p50_ms"))
+        rec.metric(schema.sweep_ttft_p50(ci), _num(lv, "ttft_p50_ms"))
+        rec.metric(schema.sweep_request_tps(ci), _num(lv, "request_s"))
 
 
 def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -> None:
     ev = out.eval
     if ev is None:
         return
-    acc = _num(ev, "accuracy")
-    rec.metric("gsm8k_accuracy", acc)
-    rec.metric("gsm8k_se", _num(ev, "se"))
-    rec.metric("gsm8k_ci_low", _num(ev, "ci_low"))
-    rec.metric("gsm8k_ci_high", _num(ev, "ci_high"))
-    rec.metric("gsm8k_n", _num(ev, "n"))
-    rec.metric("gsm8k_correct", _num(ev, "correct"))
-    rec.metric("gsm8k_invalid", _num(ev, "invalid"))
-    rec.metric("gsm8k_errors", _num(ev, "errors"))
-    source = ev.get("source") if isinstance(ev, dict) else getattr(ev, "source", None)
-    rec.tag("quantrack.gsm8k_source", source)
-    if acc is not None and baseline_accuracy is not None and not out.arm.baseline:
-        rec.metric("gsm8k_delta_vs_baseline", acc - baseline_accuracy)
+    # an accuracy-only import (SGLang run_eval without --num-questions) has no count: n/correct not recorded
+    counted = ev.n > 0
+    rec.metric(Metric.GSM8K_ACCURACY, ev.accuracy)
+    rec.metric(Metric.GSM8K_SE, ev.se)
+    rec.metric(Metric.GSM8K_CI_LOW, ev.ci_low)
+    rec.metric(Metric.GSM8K_CI_HIGH, ev.ci_high)
+    rec.metric(Metric.GSM8K_N, ev.n if counted else None)
+    rec.metric(Metric.GSM8K_CORRECT, ev.correct if counted else None)
+    rec.metric(Metric.GSM8K_INVALID, ev.invalid)
+    rec.metric(Metric.GSM8K_ERRORS, ev.errors if counted else None)
+    rec.tag(Tag.GSM8K_SOURCE, ev.source)
+    if ev.accuracy is not None and baseline_accuracy is not None and not out.arm.baseline:
+        rec.metric(Metric.GSM8K_DELTA_VS_BASELINE, ev.accuracy - baseline_accuracy)
     bitmap, sha = outcomes_bitmap(out.eval_records)
-    rec.tag("quantrack.gsm8k_correct", bitmap)
-    settings = ev.get("settings") if isinstance(ev, dict) else getattr(ev, "settings", None)
-    rec.tag("quantrack.gsm8k_data_sha256", sha or (settings or {}).get("data_sha256"))
+    rec.tag(Tag.GSM8K_CORRECT, bitmap)
+    rec.tag(Tag.GSM8K_DATA_SHA256, sha or (ev.settings or {}).get("data_sha256"))
 
 
 def study_record(study: Study, experiment: str, node: dict[str, Any]) -> RunRecord:
@@ -318,18 +329,18 @@ def study_record(study: Study, experiment: str, node: dict[str, Any]) -> RunReco
     rec.secrets = secret_values(dict(study.engine.env))
     for k, v in provenance_tags().items():
         rec.tag(k, v)
-    rec.tag("quantrack.role", "study")
-    rec.tag("quantrack.study", study.name)
-    rec.param("study", study.name)
-    rec.param("engine", study.engine.kind)
-    rec.param("engine_version", study.engine.version)
-    rec.param("model", study.model.path or study.model.gguf or study.model.name)
-    rec.param("gpu_catalog", study.gpu.name)
-    rec.param("gpu_name", node.get("gpu_name"))
-    rec.param("hostname", node.get("hostname"))
-    rec.param("arms", ",".join(a.name for a in study.arms))
-    rec.param("baseline", study.baseline.name)
-    rec.param("max_model_len", study.context_len)
+    rec.tag(Tag.ROLE, "study")
+    rec.tag(Tag.STUDY, study.name)
+    rec.param(Param.STUDY, study.name)
+    rec.param(Param.ENGINE, study.engine.kind)
+    rec.param(Param.ENGINE_VERSION, study.engine.version)
+    rec.param(Param.MODEL, study.model.path or study.model.gguf or study.model.name)
+    rec.param(Param.GPU_CATALOG, study.gpu.name)
+    rec.param(Param.GPU_NAME, node.get("gpu_name"))
+    rec.param(Param.HOSTNAME, node.get("hostname"))
+    rec.param(Param.ARMS, ",".join(a.name for a in study.arms))
+    rec.param(Param.BASELINE, study.baseline.name)
+    rec.param(Param.MAX_MODEL_LEN, study.context_len)
     if study.source and Path(study.source).is_file():
-        rec.artifact_files["study/study.toml"] = study.source
+        rec.artifact_files[Artifact.STUDY_STUDY] = study.source
     return rec

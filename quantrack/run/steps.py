@@ -8,13 +8,21 @@ import contextlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
 from quantrack.errors import QuantrackError
+from quantrack.interrupts import Interrupted
 from quantrack.redact import redact_argv, secret_values
 from quantrack.run.outcome import ArmOutcome, Progress, StepError
 from quantrack.study import Study
+
+if TYPE_CHECKING:
+    from quantrack.accuracy.gsm8k import EvalResult
+    from quantrack.accuracy.kl import KLResult
+    from quantrack.engines.base import LogReport
+    from quantrack.measure.latency import LatencyResult
+    from quantrack.measure.sweep import SweepResult
 
 # --- node facts --------------------------------------------------------------------------------------------
 
@@ -126,7 +134,7 @@ def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
     progress(f"[{arm.name}] server stopped")
 
 
-def step_parse_log(study: Study, log_path: Path) -> Any:
+def step_parse_log(study: Study, log_path: Path) -> LogReport:
     from quantrack.engines import get_adapter
 
     return get_adapter(study.engine.kind).parse_log_file(log_path)
@@ -138,7 +146,7 @@ def step_query(study: Study, base_url: str) -> dict[str, Any]:
     return dict(get_adapter(study.engine.kind).query(base_url))
 
 
-def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, progress: Progress) -> Any:
+def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, progress: Progress) -> LatencyResult:
     from quantrack.measure.latency import measure_latency
 
     lat = study.latency
@@ -147,7 +155,7 @@ def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, pro
                            chat=lat.chat, api_key=api_key, model=study.model.served_name, label=arm.name)
 
 
-def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None) -> Any:
+def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None) -> SweepResult:
     from quantrack.measure.sweep import run_sweep  # type: ignore[import-not-found]
 
     sw = study.sweep
@@ -158,35 +166,48 @@ def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None) -> An
                      model=study.model.served_name)
 
 
-def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdir: Path) -> tuple[Any, Path]:
+def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdir: Path) -> tuple[EvalResult, Path]:
     from quantrack.accuracy.gsm8k import run_gsm8k
 
     ev = study.eval
     records = workdir / f"{arm.name}-gsm8k.jsonl"
-    result = run_gsm8k(base_url, num_questions=ev.num_questions, num_shots=ev.num_shots, max_tokens=ev.max_tokens,
-                       concurrency=ev.concurrency, seed=ev.seed, style=ev.style, records_path=records,
-                       overwrite=True, api_key=api_key, model=study.model.served_name, engine=study.engine.kind)
+    try:
+        result = run_gsm8k(base_url, num_questions=ev.num_questions, num_shots=ev.num_shots,
+                           max_tokens=ev.max_tokens, concurrency=ev.concurrency, seed=ev.seed, style=ev.style,
+                           records_path=records, overwrite=True, api_key=api_key, model=study.model.served_name,
+                           engine=study.engine.kind)
+    except KeyboardInterrupt as exc:  # the questions answered so far are on disk: their result goes with it
+        raise Interrupted.of(exc, partial=_partial_eval(records, ev.num_questions)) from None
     return result, records
 
 
-def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path, progress: Progress) -> Any:
+def _partial_eval(records: Path, num_questions: int) -> tuple[EvalResult, Path] | None:
+    """The result of the questions answered before an interrupt (the records file is written per answer)."""
+    from quantrack.accuracy.gsm8k import result_from_records
+    from quantrack.accuracy.records import load_records, read_meta
+
+    try:
+        recs = load_records(records) if records.is_file() else {}
+    except QuantrackError:  # a torn last line is dropped by load_records; anything worse: no partial result
+        return None
+    if not recs:
+        return None
+    meta = read_meta(records) or {}
+    return result_from_records(recs, num_questions=num_questions, style=meta.get("style"),
+                               records_path=str(records), settings={**meta, "interrupted": True}), records
+
+
+def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path, progress: Progress) -> KLResult:
     """KL / top-1 agreement of this arm against a freshly started baseline server (stopped afterwards).
 
     Runs after latency and sweep, so the second server never shares the cores with the timed requests."""
     from quantrack.accuracy.kl import run_kl
-    from quantrack.engines.lifecycle import server_for_arm
+    from quantrack.engines.lifecycle import kl_baseline_server
 
     ev = study.eval
-    model = baseline.model or study.model.path or study.model.gguf
-    if not model:
+    if not (baseline.model or study.model.path or study.model.gguf):
         raise StepError(f"the baseline arm {baseline.name!r} has no model file to serve")
-    # one slot (KL requests are sequential per server) and one thread: the candidate keeps its own threads
-    util = ev.kl_baseline_util if ev.kl_baseline_util is not None else study.gpu.util
-    srv = server_for_arm(study.engine.kind, model, baseline, host=study.engine.host, context_len=study.context_len,
-                         util=None if study.engine.kind == "llamacpp" else util, parallel=1, extra_args=(*study.engine.args, "-t", "1") if study.engine.kind == "llamacpp"
-                         else tuple(study.engine.args), env=dict(study.engine.env), binary=study.engine.binary,
-                         log_path=workdir / f"{arm.name}-kl-baseline-server.log",
-                         startup_timeout=study.engine.ready_timeout_s)
+    srv = kl_baseline_server(study, baseline, log_path=workdir / f"{arm.name}-kl-baseline-server.log")
     step = max(1, ev.kl_tokens // 4)
     last = [0]
 
@@ -203,15 +224,10 @@ def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path,
                       progress=say)
 
 
-def sweep_rows(sweep: Any) -> list[dict[str, Any]]:
-    rows = getattr(sweep, "rows", None) or (sweep.get("rows") if isinstance(sweep, dict) else None) or []
-    return [r for r in rows if isinstance(r, dict)]
-
-
-def step_plot(arm: Arm, sweep: Any, baseline: ArmOutcome, workdir: Path) -> Path:
+def step_plot(arm: Arm, sweep: SweepResult, baseline: ArmOutcome, workdir: Path) -> Path:
     """This arm's measured speedup over the baseline against concurrency (both sweeps), as a PNG."""
     from quantrack.report.plots import plot_speedup
 
-    return plot_speedup(sweep_rows(baseline.sweep), sweep_rows(sweep),
+    return plot_speedup(baseline.sweep.rows if baseline.sweep else [], sweep.rows,
                         workdir / f"speedup-{arm.name}-vs-{baseline.arm.name}.png",
                         label_a=baseline.arm.name, label_b=arm.name)

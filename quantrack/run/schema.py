@@ -1,0 +1,200 @@
+"""Every name an arm run (and the study"s parent run) carries in MLflow: params, metrics, tags, artifacts.
+
+One module, shared by the writer (``quantrack.run.record``) and the readers (``quantrack.report.compare``,
+``quantrack.report.audit``): a name changes here or nowhere. docs/tracking.md documents each one.
+Names built from a value (a sweep level, a latency statistic, a step) are functions below.
+Nothing is imported here: readers import it without loading the runner.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Status of an arm the rulebook rejected: it was never started (MLflow has no "rejected" status).
+STATUS_REJECTED = "KILLED"
+# An arm stopped by an interrupt or a signal: what it measured is logged, with the step it was in.
+STATUS_KILLED = "KILLED"
+STATUS_FAILED = "FAILED"
+STATUS_FINISHED = "FINISHED"
+
+# values of Tag.FALLBACK: "unknown" when the log could not say (never read as "no")
+FALLBACK_YES = "yes"
+FALLBACK_NO = "no"
+FALLBACK_UNKNOWN = "unknown"
+
+
+class Param:
+    """Run params: what was run, where (strings)."""
+
+    ARM = "arm"
+    ARMS = "arms"
+    BASELINE = "baseline"
+    COMPUTE_CAPABILITY = "compute_capability"
+    CUDA = "cuda"
+    CUDA_DRIVER = "cuda_driver"
+    DRIVER = "driver"
+    DTYPE = "dtype"
+    DTYPE_EFFECTIVE = "dtype_effective"
+    ENGINE = "engine"
+    ENGINE_ARGS = "engine_args"
+    ENGINE_VERSION = "engine_version"
+    EVAL_MAX_TOKENS = "eval_max_tokens"
+    EVAL_NUM_QUESTIONS = "eval_num_questions"
+    EVAL_NUM_SHOTS = "eval_num_shots"
+    EVAL_SEED = "eval_seed"
+    EVAL_STYLE = "eval_style"
+    EVAL_TASK = "eval_task"
+    GPU_CATALOG = "gpu_catalog"
+    GPU_NAME = "gpu_name"
+    GPU_UTIL = "gpu_util"
+    HOSTNAME = "hostname"
+    INPUT_TOKENS = "input_tokens"
+    KL_BASELINE = "kl_baseline"
+    KL_TOKENS = "kl_tokens"
+    KL_TOP_K = "kl_top_k"
+    KV_CACHE_DTYPE = "kv_cache_dtype"
+    KV_CACHE_DTYPE_EFFECTIVE = "kv_cache_dtype_effective"
+    LATENCY_ENDPOINT = "latency_endpoint"
+    LATENCY_ITERATIONS = "latency_iterations"
+    LATENCY_WARMUP = "latency_warmup"
+    MAX_MODEL_LEN = "max_model_len"
+    MIG = "mig"
+    MODEL = "model"
+    MODEL_NAME = "model_name"
+    MODEL_REF = "model_ref"
+    MODEL_REVISION = "model_revision"
+    OUTPUT_TOKENS = "output_tokens"
+    PARALLEL = "parallel"
+    QUANTIZATION = "quantization"
+    STUDY = "study"
+    SWEEP_CONCURRENCY = "sweep_concurrency"
+    TP = "tp"
+    WEIGHTS = "weights"
+
+
+class Metric:
+    """Metrics (floats). Measured unless listed in ``DERIVED_METRICS``."""
+
+    KV_MIB_REPORTED = "kv_mib_reported"  # llama.cpp: the KV buffer its log prints (K + V)
+    KV_MIB_PREDICTED = "kv_mib_predicted"
+    KV_MIB_ERROR_PCT = "kv_mib_error_pct"
+    KV_CELLS_PER_STREAM = "kv_cells_per_stream"
+    KV_STREAMS = "kv_streams"
+    # KL fidelity (quantrack.accuracy.kl.KLResult.metrics)
+    KL_TOP1_AGREE = "kl_top1_agree"
+    KL_MEAN = "kl_mean"
+    KL_MEDIAN = "kl_median"
+    KL_P99 = "kl_p99"
+    KL_POSITIONS = "kl_positions"
+    AVAILABLE_KV_GIB = "available_kv_gib"
+    CAPACITY_ERROR_PCT = "capacity_error_pct"
+    CUDA_GRAPH_GIB = "cuda_graph_gib"
+    DECODE_TOK_S_P50 = "decode_tok_s_p50"
+    E2E_MS_P50 = "e2e_ms_p50"
+    GSM8K_ACCURACY = "gsm8k_accuracy"
+    GSM8K_CI_HIGH = "gsm8k_ci_high"
+    GSM8K_CI_LOW = "gsm8k_ci_low"
+    GSM8K_CORRECT = "gsm8k_correct"
+    GSM8K_DELTA_VS_BASELINE = "gsm8k_delta_vs_baseline"
+    GSM8K_ERRORS = "gsm8k_errors"
+    GSM8K_INVALID = "gsm8k_invalid"
+    GSM8K_N = "gsm8k_n"
+    GSM8K_SE = "gsm8k_se"
+    KV_TOKENS_PREDICTED = "kv_tokens_predicted"
+    KV_TOKENS_REPORTED = "kv_tokens_reported"
+    LATENCY_N_FAILED = "latency_n_failed"
+    LATENCY_N_OK = "latency_n_ok"
+    MAX_CONCURRENCY = "max_concurrency"
+    SAMPLE_TPOT_MS = "sample_tpot_ms"
+    SAMPLE_TTFT_MS = "sample_ttft_ms"
+    SERVER_TPOT_MS = "server_tpot_ms"
+    TPOT_MS_P50 = "tpot_ms_p50"
+    TPOT_VS_SERVER_PCT = "tpot_vs_server_pct"
+    TTFT_MS_P50 = "ttft_ms_p50"
+    WEIGHTS_GIB = "weights_gib"
+
+
+class Tag:
+    """Tags (strings), all under ``quantrack.``."""
+
+    ARM = "quantrack.arm"
+    ATTENTION_BACKEND = "quantrack.attention_backend"
+    BASELINE = "quantrack.baseline"
+    DERIVED_METRICS = "quantrack.derived_metrics"
+    EFFECTIVE_KERNEL = "quantrack.effective_kernel"
+    ERROR = "quantrack.error"
+    FAILED_STEP = "quantrack.failed_step"
+    FALLBACK = "quantrack.fallback"
+    FALLBACK_EVIDENCE = "quantrack.fallback_evidence"
+    FALLBACK_KINDS = "quantrack.fallback_kinds"
+    GSM8K_CORRECT = "quantrack.gsm8k_correct"
+    GSM8K_DATA_SHA256 = "quantrack.gsm8k_data_sha256"
+    GSM8K_SOURCE = "quantrack.gsm8k_source"
+    LOG_NOT_FOUND = "quantrack.log_not_found"
+    LOG_QUANTIZATION = "quantrack.log_quantization"
+    ROLE = "quantrack.role"
+    RULE_IDS = "quantrack.rule_ids"
+    SOURCE = "quantrack.source"
+    STUDY = "quantrack.study"
+    VERDICT = "quantrack.verdict"
+
+
+class Artifact:
+    """Artifact paths inside a run."""
+
+    EVAL_RECORDS = "eval/records.jsonl"
+    EVAL_RESULT = "eval/result.json"
+    KL_RESULT = "kl/result.json"
+    LATENCY_LATENCY = "latency/latency.json"
+    LAUNCH_COMMAND = "launch/command.txt"
+    LAUNCH_ENV = "launch/env.json"
+    PREFLIGHT_VERDICTS = "preflight/verdicts.json"
+    SERVER_LIVE = "server/live.json"
+    SERVER_LOG_REPORT = "server/log_report.json"
+    STUDY_STUDY = "study/study.toml"
+    SWEEP_SWEEP = "sweep/sweep.json"
+
+
+# --- names built from a value ----------------------------------------------------------------------------
+
+def sweep_output_tps(c: int) -> str:
+    """Measured output tokens/s at sweep concurrency ``c``."""
+    return f"sweep_output_tps_c{c}"
+
+
+def sweep_tpot_p50(c: int) -> str:
+    return f"sweep_tpot_ms_p50_c{c}"
+
+
+def sweep_ttft_p50(c: int) -> str:
+    return f"sweep_ttft_ms_p50_c{c}"
+
+
+def sweep_request_tps(c: int) -> str:
+    return f"sweep_request_tps_c{c}"
+
+
+SWEEP_OUTPUT_TPS = re.compile(r"^sweep_output_tps_c(\d+)$")  # the reader"s side of sweep_output_tps()
+
+
+def latency_stat(figure: str, stat: str) -> str:
+    """``ttft_ms`` / ``tpot_ms`` / ``itl_ms`` / ``e2e_ms`` / ``server_tpot_ms`` x ``p50|mean|p90|p99|ci_low|ci_high``."""
+    return f"{figure}_{stat}"
+
+
+def step_seconds(step: str) -> str:
+    """Wall seconds a completed step took (measured)."""
+    return f"step_{step}_s"
+
+
+def server_log(name: str) -> str:
+    """The engine"s own log, stored under ``server/``."""
+    return f"server/{name}"
+
+
+def plot(name: str) -> str:
+    return f"plots/{name}"
+
+
+DERIVED_METRICS = (Metric.KV_TOKENS_PREDICTED, Metric.CAPACITY_ERROR_PCT, Metric.KV_MIB_PREDICTED, Metric.KV_MIB_ERROR_PCT,
+                   Metric.TPOT_VS_SERVER_PCT, Metric.GSM8K_DELTA_VS_BASELINE)
