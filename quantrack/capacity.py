@@ -21,6 +21,7 @@ from typing import Any
 
 from quantrack.arms import Arm
 from quantrack.catalog import GPU, ModelShape
+from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput
 
 GiB = 1024**3
@@ -258,7 +259,6 @@ VLLM_NON_TORCH_BYTES = int(0.60 * GiB)
 # SGLang: device memory already in use before the pre-load baseline (CUDA context, torch.distributed init):
 # total 143771 MiB = 140.40 GiB vs "Load weight begin. avail mem=139.09 GB" in sglang-0.5.16-bf16.log.
 SGLANG_PRELOAD_USED_BYTES = int(1.31 * GiB)
-ENGINES = ("vllm", "sglang", "llamacpp")
 
 
 @dataclass

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.arms import WEIGHT_FORMATS, Arm
+from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, did_you_mean, unknown
 from quantrack.resources import rules_dir
 
 VERDICTS = ("allow", "warn", "reject")
 UNCHECKED = "unchecked"
 _RANK = {"allow": 0, UNCHECKED: 0, "warn": 1, "reject": 2}
-ENGINES = ("vllm", "sglang", "llamacpp")
 VENDORS = ("nvidia", "amd", "cpu")
 ARCHES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "rdna3", "x86", "arm")
 

@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.arms import Arm, make_arm, with_baseline
+from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, did_you_mean
-
-ENGINES = ("vllm", "sglang", "llamacpp")
 
 
 @dataclass(frozen=True)

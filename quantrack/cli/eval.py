@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from quantrack.engines import ENGINE_KINDS
 from quantrack.errors import BadInput
 
 # sub-commands written in other modules, imported on first use; a missing module just hides the command
@@ -49,7 +50,7 @@ def _progress(done: int, total: int, errors: int) -> None:
 
 
 @click.group("eval", cls=EvalGroup, invoke_without_command=True)
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
+@click.option("--engine", type=click.Choice(ENGINE_KINDS), default=None,
               help="Engine behind --base-url (recorded with the result).")
 @click.option("--base-url", default=None, metavar="URL", help="The running server, e.g. http://127.0.0.1:8000.")
 @click.option("--task", default="gsm8k", show_default=True, help="Accuracy task (gsm8k).")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from quantrack.engines import ENGINE_KINDS
+
 
 @click.command("log")
 @click.option("--study", "study_file", required=True, metavar="STUDY.toml", type=click.Path(dir_okay=False),
@@ -16,7 +18,7 @@ import click
               help="GSM8K per-question records (.jsonl; enables the paired test) or a result JSON.")
 @click.option("--server-log", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="The server's startup log (weights, KV tokens, kernel, fallbacks).")
-@click.option("--engine", default=None, type=click.Choice(["vllm", "sglang", "llamacpp"]),
+@click.option("--engine", default=None, type=click.Choice(ENGINE_KINDS),
               help="Engine that produced the log, if not the study's.")
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
 def log(study_file: str, arm: str, latency: str | None, eval_path: str | None, server_log: str | None,

@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
-_ENGINES = ["auto", "vllm", "sglang", "llamacpp"]
+from quantrack.engines import ENGINE_KINDS
+
+_ENGINES = ["auto", *ENGINE_KINDS]
 _COLUMNS = ["source", "engine", "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens",
             "max_concurrency", "max_concurrency_context", "cuda_graph_gib", "quantization", "linear_kernel",
             "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "warnings", "errors", "not_found"]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
+from quantrack.engines import ENGINE_KINDS
+
 
 @click.command("serve")
 @click.argument("study_file", required=False, metavar="[STUDY.toml]", type=click.Path(dir_okay=False))
 @click.option("--arm", "arm_name", required=True,
               help="Arm name in the study, or (without a study) a preset / weights=…,kv=… / a llama.cpp KV type.")
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
+@click.option("--engine", type=click.Choice(ENGINE_KINDS), default=None,
               help="Engine (without a study).")
 @click.option("--model", default=None, help="What the engine serves: HF id, local dir or GGUF file (without a study).")
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -59,8 +61,9 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
 def _arm(engine: str, spec: str):  # type: ignore[no-untyped-def]
     """``--arm``: a preset or key=value spec; with llama.cpp a bare KV type (q8_0) means K and V cache of that type."""
     from quantrack.arms import KV_DTYPES, make_arm, parse_arm_spec
+    from quantrack.engines import get_adapter
 
     s = spec.strip().lower()
-    if engine == "llamacpp" and "=" not in s and s in KV_DTYPES and s not in ("auto",):
+    if engine and get_adapter(engine).kv_type_names_arm and "=" not in s and s in KV_DTYPES and s != "auto":
         return make_arm(f"kv-{s}", weights="f16", kv=s)
     return parse_arm_spec(spec)

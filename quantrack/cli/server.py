@@ -6,6 +6,8 @@ import json
 
 import click
 
+from quantrack.engines import ENGINE_KINDS
+
 
 @click.group("server")
 def server() -> None:
@@ -13,7 +15,7 @@ def server() -> None:
 
 
 @server.command("info")
-@click.option("--engine", required=True, type=click.Choice(["vllm", "sglang", "llamacpp"]))
+@click.option("--engine", required=True, type=click.Choice(ENGINE_KINDS))
 @click.option("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
 @click.option("--timeout", type=float, default=10.0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)

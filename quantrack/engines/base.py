@@ -7,7 +7,7 @@ format and the live endpoints. The rest of quantrack talks to engines only throu
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,31 @@ class EngineAdapter(ABC):
     serves_local_file: bool = False  # the model is one local file that must exist (a GGUF)
     has_slots: bool = False  # the KV cache is split into parallel slots (llama.cpp -np): capacity per slot
     server_timing: str | None = None  # where a server-side per-token time comes from, if the engine reports one
+    needs_gpu: bool = True  # a fleet job reserves the study's GPUs for it (llama.cpp studies run on CPU nodes)
+    pip_requirement: str | None = None  # the engine's own pip package, pinned per study ([engine] version)
+    quantrack_extra: str = ""  # the quantrack extra a node installs for this engine ("[cpu]": xllamacpp)
+    kv_type_names_arm: bool = False  # `serve --arm q8_0`: a bare KV type names an f16 arm with that KV cache
+
+    max_prompt_logprobs: int | None = None  # the most top-k log-probabilities per prompt position by default
+
+    # -- wire format (pure; quantrack.engines.scoring) ------------------------------------------------
+    def tokenize_request(self, text: str, add_special: bool = True,
+                         model: str | None = None) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) of this engine's /tokenize call (OpenAI-compatible servers: vLLM, SGLang)."""
+        from quantrack.engines.scoring import openai_tokenize_request
+
+        return openai_tokenize_request(text, add_special, model)
+
+    def fixed_length_fields(self, max_tokens: int) -> dict[str, Any]:
+        """Request fields that, with ``ignore_eos``, force exactly ``max_tokens`` of output (vLLM, SGLang:
+        ``min_tokens``)."""
+        return {"min_tokens": max_tokens}
+
+    def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
+                     k: int) -> list[dict[int, float]]:
+        """Top-k log-probabilities at prompt positions ``start..len(ids)-1`` (each conditioned on the ids before
+        it) through ``post(path, body) -> JSON``. ValueError when the answer is not what the engine sends."""
+        raise NotImplementedError(f"{self.kind}: no prompt-logprob scoring")
 
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """A second server of the same study beside a running one (the KL baseline): the same launch spec

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +317,9 @@ class LlamacppAdapter(EngineAdapter):
     serves_local_file = True
     has_slots = True
     server_timing = "llama.cpp timings.predicted_per_token_ms"
+    needs_gpu = False
+    quantrack_extra = "[cpu]"
+    kv_type_names_arm = True
 
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """One slot and one thread: the candidate it runs beside keeps its own threads."""
@@ -334,6 +337,27 @@ class LlamacppAdapter(EngineAdapter):
         if have_llama_server():
             return ["llama-server", *opts]
         return [sys.executable, "-m", "quantrack.engines.xllamacpp_server", *opts]
+
+    def tokenize_request(self, text: str, add_special: bool = True,
+                         model: str | None = None) -> tuple[str, dict[str, Any]]:
+        """add_special: include BOS where the model uses one, as a text prompt would get."""
+        from quantrack.engines.scoring import llamacpp_tokenize_request
+
+        return llamacpp_tokenize_request(text, add_special)
+
+    def fixed_length_fields(self, max_tokens: int) -> dict[str, Any]:
+        return {}  # ignore_eos alone: the server stops at n_predict = max_tokens
+
+    def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
+                     k: int) -> list[dict[int, float]]:
+        """One request per position: llama.cpp returns the next-token top-k after the prompt only."""
+        from quantrack.engines.scoring import llamacpp_request, parse_llamacpp
+
+        out = []
+        for pos in range(start, len(ids)):
+            path, body = llamacpp_request(ids[:pos], k)
+            out.append(parse_llamacpp(post(path, body), k))
+        return out
 
     def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
         return parse_llamacpp_log(lines, source)

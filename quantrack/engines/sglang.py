@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +267,7 @@ def parse_server_info(obj: Any) -> dict[str, Any]:
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
     label = "SGLang"
+    pip_requirement = "sglang"
     default_port = 30000
     health_path = "/health"
 
@@ -276,6 +277,13 @@ class SglangAdapter(EngineAdapter):
         argv = head + ["--model-path", model, "--host", spec.host, "--port", str(spec.port)]
         return argv + sglang_flags(spec.arm) + spec.server_flags("--mem-fraction-static", "--context-length",
                                                                  "--tp-size")
+
+    def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
+                     k: int) -> list[dict[int, float]]:
+        from quantrack.engines.scoring import parse_sglang, sglang_request
+
+        path, body = sglang_request(ids, start, k)
+        return parse_sglang(post(path, body), ids, start, k)
 
     def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
         return parse_sglang_log(lines, source)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -387,6 +387,7 @@ def parse_models(obj: Any) -> dict[str, Any]:
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     label = "vLLM"
+    pip_requirement = "vllm"
     default_port = 8000
     health_path = "/health"  # listed in the real 0.25 log: "Route: /health, Methods: GET"
 
@@ -395,6 +396,15 @@ class VllmAdapter(EngineAdapter):
         argv = [spec.binary or "vllm", "serve", model, "--host", spec.host, "--port", str(spec.port)]
         return argv + vllm_flags(spec.arm) + spec.server_flags("--gpu-memory-utilization", "--max-model-len",
                                                                "--tensor-parallel-size")
+
+    max_prompt_logprobs = 20  # vLLM --max-logprobs default
+
+    def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
+                     k: int) -> list[dict[int, float]]:
+        from quantrack.engines.scoring import parse_vllm, vllm_request
+
+        path, body = vllm_request(ids, k)
+        return parse_vllm(post(path, body), ids, start, k)
 
     def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
         return parse_vllm_log(lines, source)

@@ -165,7 +165,9 @@ def plan_jobs(study: Study, spec: FleetSpec | None = None) -> list[FleetJob]:
     if spec.num_gpus is not None:
         num_gpus = spec.num_gpus
     else:
-        num_gpus = 0.0 if study.engine.kind == "llamacpp" else float(study.gpu.count)
+        from quantrack.engines import get_adapter
+
+        num_gpus = float(study.gpu.count) if get_adapter(study.engine.kind).needs_gpu else 0.0
     default_amount = 0.001 if spec.resource.startswith("accelerator_type:") else 1.0
     amount = spec.resource_amount if spec.resource_amount is not None else default_amount
     jobs: list[FleetJob] = []

@@ -123,10 +123,11 @@ def run_and_log_arm(study: Study, arm: Arm, node: dict[str, Any], ctx: ArmContex
     out = ArmOutcome(arm=arm, node=dict(node))
     tracker = Tracker(ctx.tracking_uri, ctx.experiment, progress=ctx.progress)
     try:
-        out = run_arm(study, arm, RunOptions(tracking_uri=ctx.tracking_uri, workdir=ctx.workdir), ctx.workdir,
-                      node, ctx.progress)
+        run_arm(study, arm, RunOptions(tracking_uri=ctx.tracking_uri, workdir=ctx.workdir), ctx.workdir,
+                node, ctx.progress, out=out)  # steps write into ``out``: an interrupt keeps what they measured
     except KeyboardInterrupt:
-        out.status, out.error, out.failed_step = "KILLED", "interrupted (task cancelled or node lost)", "interrupted"
+        out.status = "KILLED"
+        out.error = f"interrupted (task cancelled or node lost) in step {out.failed_step or out.step or 'none'}"
         raise
     finally:
         rec = record_for_arm(study, out, experiment=ctx.experiment, parent_uuid=ctx.parent_uuid)

@@ -104,15 +104,18 @@ class ExportedTask:
 
 def engine_requirement(study: Study) -> str | None:
     """The pinned engine pip requirement, or None for llama.cpp (pinned by quantrack[cpu])."""
+    from quantrack.engines import get_adapter
+
     kind, version = study.engine.kind, study.engine.version
-    if kind == "llamacpp":
+    package = get_adapter(kind).pip_requirement
+    if package is None:
         return None
     if not version:
         raise BadInput(f"study file {study.source!r}: [engine] version is required to export a {kind} study "
                        f"(nodes must run the same {kind}); e.g. version = \"0.11.0\"")
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
         raise BadInput(f"study file {study.source!r}: [engine] version {version!r} is not a version number")
-    return f"{kind}=={version}"
+    return f"{package}=={version}"
 
 
 def _quantrack_requirement(study: Study, install: str | None) -> str:
@@ -120,7 +123,9 @@ def _quantrack_requirement(study: Study, install: str | None) -> str:
 
     if install:
         return install
-    extra = "[cpu]" if study.engine.kind == "llamacpp" else ""
+    from quantrack.engines import get_adapter
+
+    extra = get_adapter(study.engine.kind).quantrack_extra
     return f"quantrack{extra}=={__version__}"
 
 

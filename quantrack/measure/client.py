@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, MeasurementError
 
-ENGINES = ("vllm", "sglang", "llamacpp")
 COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
 # llama.cpp's per-request timings (observed in xllamacpp 2026.10.11549 responses, engine-facts.md §1.5)
@@ -70,8 +70,9 @@ def build_payload(
     body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
     if model:
         body["model"] = model
-    if engine in ("vllm", "sglang"):
-        body["min_tokens"] = max_tokens
+    from quantrack.engines import get_adapter
+
+    body.update(get_adapter(engine).fixed_length_fields(max_tokens))
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

@@ -123,7 +123,7 @@ class LatencyResult:
             "notes": self.notes(),
             **{k: (v.to_dict() if v else None) for k, v in st.items()},
             "tpot_vs_server_median_pct": self.tpot_vs_server_median_pct(),
-            "server_tpot_source": "llama.cpp timings.predicted_per_token_ms" if self.engine == "llamacpp" else None,
+            "server_tpot_source": _server_timing(self.engine),
             "formulas": dict(FORMULAS),
             "samples": [s.to_dict() for s in self.samples],
             "interrupted": self.interrupted,
@@ -238,6 +238,12 @@ def measure_latency(
             result.interrupted = True
             raise Interrupted.of(exc, partial=result) from None
     return result
+
+
+def _server_timing(engine: str) -> str | None:
+    from quantrack.engines import get_adapter
+
+    return get_adapter(engine).server_timing
 
 
 # ----------------------------------------------------------------------------- merging saved rows

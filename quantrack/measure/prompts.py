@@ -114,15 +114,13 @@ def build_prompts(
 def server_tokenizer(engine: str, request_json: Callable[..., object], model: str | None) -> Tokenizer:
     """A tokenize function backed by the server's endpoint (see the module docstring)."""
 
+    from quantrack.engines import get_adapter
+
+    adapter = get_adapter(engine)
+
     def tokenize(text: str) -> list[int]:
-        if engine == "llamacpp":
-            # add_special: include BOS where the model uses one, as a text prompt would get
-            answer = request_json("POST", "/tokenize", {"content": text, "add_special": True})
-        else:
-            body: dict[str, object] = {"prompt": text}
-            if model:
-                body["model"] = model
-            answer = request_json("POST", "/tokenize", body)
+        path, body = adapter.tokenize_request(text, add_special=True, model=model)
+        answer = request_json("POST", path, body)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise MeasurementError(f"{engine} /tokenize answered without a token list")

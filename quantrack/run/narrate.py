@@ -49,8 +49,10 @@ def _say_latency(say: Progress, arm: Arm, lat: LatencyResult, seconds: float | N
     line = f"[{arm.name}] latency: TPOT median {tpot.median:.2f} ms (client)"
     if srv is not None:
         diff = lat.tpot_vs_server_median_pct()
-        line += f", server {srv.median:.2f} ms (llama.cpp timings)" if lat.engine == "llamacpp" else \
-            f", server {srv.median:.2f} ms"
+        from quantrack.engines import get_adapter
+
+        timing = get_adapter(lat.engine).server_timing
+        line += f", server {srv.median:.2f} ms" + (f" ({timing.split('.', 1)[0]} timings)" if timing else "")
         if diff is not None:
             line += f", difference {diff:+.2f}%"
     if ttft is not None:

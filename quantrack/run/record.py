@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
+from quantrack.engines import get_adapter
 from quantrack.redact import redact_argv, redact_env, secret_values
 from quantrack.run import schema
 from quantrack.run.outcome import ArmOutcome
@@ -101,7 +102,7 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     rec.param(Param.GPU_UTIL, study.gpu.util)
     rec.param(Param.MAX_MODEL_LEN, study.context_len)
     rec.param(Param.TP, study.gpu.count)
-    rec.param(Param.PARALLEL, study.parallel if study.engine.kind == "llamacpp" else None)
+    rec.param(Param.PARALLEL, study.parallel if get_adapter(study.engine.kind).has_slots else None)
     rec.param(Param.INPUT_TOKENS, study.latency.input_tokens)
     rec.param(Param.OUTPUT_TOKENS, study.latency.output_tokens)
     rec.param(Param.LATENCY_WARMUP, study.latency.warmup)
