@@ -20,6 +20,7 @@ from typing import Any
 
 from quantrack.arms import Arm
 from quantrack.catalog import GPU, ModelShape, get_gpu
+from quantrack.engines import DEFAULT_ENGINE, get_adapter
 from quantrack.errors import BadInput, QuantrackError, unknown
 from quantrack.rulebook import (
     ENGINES,
@@ -42,7 +43,7 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
 class PreflightRequest:
     gpus: list[Any]  # catalog GPU or nvml.NodeGPU
     arms: list[Arm]
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE
     engine_version: str | None = None
     cuda: str | None = None  # CUDA the engine was built with
     mig: bool | None = None
@@ -69,7 +70,7 @@ class PreflightRequest:
             raise BadInput(f"--context-len must be >= 1, got {self.context_len}")
         if self.tp < 1:
             raise BadInput(f"--tp must be >= 1, got {self.tp}")
-        if self.engine_version and self.engine != "llamacpp":
+        if self.engine_version and get_adapter(self.engine).release_versions:
             parse_version(self.engine_version, "--engine-version")
         if self.cuda:
             parse_version(self.cuda, "--cuda")
@@ -205,10 +206,6 @@ def _launch_spec(req: PreflightRequest, arm: Arm, adapter: Any) -> Any:
 
 def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, dict[str, str], str | None]:
     """(argv, env, note): the command that serves this arm, secrets redacted."""
-    try:
-        from quantrack.engines import get_adapter
-    except ImportError:
-        return None, {}, "launch command: engine adapters (quantrack.engines.get_adapter) not available yet"
     from quantrack.redact import redact_argv, redact_env, secret_values
 
     try:
@@ -227,11 +224,15 @@ def _arm_model_ref(req: PreflightRequest, arm: Arm) -> str | None:
 
 
 def _kl_util_sum(req: PreflightRequest) -> float | None:
-    """vLLM + a KL run in the study: the two servers' memory fractions on one GPU (vLLM 0.25 default util 0.92)."""
+    """An engine that checks its memory share at start (vLLM) + a KL run in the study: the two servers' memory
+    fractions on one GPU (the engine's default util where the study sets none)."""
     st = req.study
-    if st is None or req.engine != "vllm" or not any(st.kl_wanted(a) for a in st.arms):
+    adapter = get_adapter(req.engine)
+    if st is None or not adapter.start_checks_memory_share or not any(st.kl_wanted(a) for a in st.arms):
         return None
-    util = req.util if req.util is not None else 0.92  # vllm 0.25.0 vllm/config/cache.py:L68
+    util = req.util if req.util is not None else adapter.default_util
+    if util is None:
+        return None
     return round(util + (st.eval.kl_baseline_util if st.eval.kl_baseline_util is not None else util), 4)
 
 
@@ -246,13 +247,11 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
                        engine_env=tuple(req.study.engine.env) if req.study is not None else (),
                        kl_util_sum=_kl_util_sum(req))
     notes: list[str] = []
-    if assumed and req.engine != "llamacpp":
+    if assumed and get_adapter(req.engine).release_versions:
         notes.append(f"--engine-version not given: rules assume {req.engine} {version}, the version the facts were read from")
-    if req.cuda is None and req.engine == "vllm":
+    if req.cuda is None and get_adapter(req.engine).cuda_gated:
         notes.append("--cuda not given: gates on the CUDA the engine was built with are reported as unchecked")
     if req.study is not None and not req.study.engine.port:
-        from quantrack.engines import get_adapter
-
         notes.append(f"[engine] port = 0: run picks a free port at start; launch lines show {req.engine}'s "
                      f"default port {get_adapter(req.engine).default_port}")
     for ref in req.unprovisioned:

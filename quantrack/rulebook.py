@@ -404,6 +404,12 @@ def _methods(directory: str) -> dict[str, Any]:
         raise BadInput(f"cannot read {path.name}: {exc}") from None
 
 
+def _release_versions(engine: str) -> bool:
+    from quantrack.engines import get_adapter
+
+    return get_adapter(engine).release_versions
+
+
 def engine_table(engine: str, engine_version: str | None = None, directory: str | Path | None = None) -> dict[str, Any]:
     """methods.toml for one engine, with the legacy method/KV lists swapped in for old versions."""
     table = _methods(str(Path(directory) if directory else rules_dir()))
@@ -411,7 +417,7 @@ def engine_table(engine: str, engine_version: str | None = None, directory: str 
         raise unknown("engine", engine, ENGINES)
     e = dict(table[engine])
     legacy = e.pop("legacy", None)
-    if (legacy and engine_version and engine != "llamacpp"
+    if (legacy and engine_version and _release_versions(engine)
             and _cmp_prefix(parse_version(engine_version, f"{engine} version"), parse_version(legacy["below"])) < 0):
         e.update({k: legacy[k] for k in ("methods", "kv_choices", "source", "kv_source") if k in legacy})
         e["methods_source"] = legacy["source"]
@@ -540,7 +546,7 @@ def evaluate(
     node = facts_of(gpu)
     e = engine_table(engine, engine_version)
     version = None
-    if engine != "llamacpp":
+    if _release_versions(engine):
         version = parse_version(engine_version or e["assumed_version"], f"{engine} version")
     cuda_v = parse_version(cuda, "CUDA version") if cuda else None
     f = _facts(node, arm, engine, version, cuda_v, mig, study_context)

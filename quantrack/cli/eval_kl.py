@@ -7,13 +7,13 @@ from typing import Any
 
 import click
 
-from quantrack.engines import ENGINE_KINDS
+from quantrack.engines import DEFAULT_ENGINE, ENGINE_KINDS
 
 
 @click.command("kl")
 @click.option("--baseline", required=True, metavar="URL", help="Baseline arm's server, e.g. http://127.0.0.1:8000.")
 @click.option("--candidate", required=True, metavar="URL", help="Candidate (quantized) arm's server.")
-@click.option("--engine", type=click.Choice(ENGINE_KINDS), default="vllm", show_default=True,
+@click.option("--engine", type=click.Choice(ENGINE_KINDS), default=DEFAULT_ENGINE, show_default=True,
               help="Engine both servers run (their logprob APIs differ).")
 @click.option("--texts", "texts_path", type=click.Path(dir_okay=False), default=None,
               help='JSONL of {"prompt", "continuation"}; default: GSM8K test questions + reference answers.')

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from quantrack.cli.options import model_options
+from quantrack.engines import GPU_ENGINE_KINDS, get_adapter
 from quantrack.errors import BadInput
 
 _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
@@ -103,7 +104,7 @@ def build_request(opts: dict[str, Any]) -> Any:
     ctx = _positive_int("context-len", opts.get("context_len")) or 4096
     mnbt = _positive_int("max-num-batched-tokens", opts.get("max_num_batched_tokens"))
     mns = _positive_int("max-num-seqs", opts.get("max_num_seqs"))
-    if (mnbt or mns) and opts.get("engine") != "vllm":
+    if (mnbt or mns) and not (opts.get("engine") and get_adapter(opts["engine"]).profile_settings):
         given = " and ".join(f"--{k}" for k, v in (("max-num-batched-tokens", mnbt), ("max-num-seqs", mns)) if v)
         raise BadInput(f"{given}: vLLM's profile settings, used by the engine-aware column; add --engine vllm")
     arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]]) if opts.get("arm") else default_arms()
@@ -147,7 +148,7 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
 
 def _profile_note(req: Any) -> str:
     """For --engine vllm: the profile settings the engine-aware column assumed (given, or vLLM's defaults)."""
-    if req.engine != "vllm":
+    if not (req.engine and get_adapter(req.engine).profile_settings):
         return ""
     parts = [f"{name} {value if value else 'default (vLLM V1, by GPU memory)'}" for name, value in
              (("max_num_batched_tokens", req.max_num_batched_tokens), ("max_num_seqs", req.max_num_seqs))]
@@ -166,7 +167,7 @@ def _profile_note(req: Any) -> str:
 @click.option("--context-len", help="Tokens per request for the concurrency column (default 4096).")
 @click.option("--arm", "arm", multiple=True,
               help="Arm preset (bf16, fp8, fp8-kv, int8, w4a16 ...) or weights=…,kv=…; repeatable.")
-@click.option("--engine", type=click.Choice(["vllm", "sglang"]), help="Add the engine-aware prediction column.")
+@click.option("--engine", type=click.Choice(GPU_ENGINE_KINDS), help="Add the engine-aware prediction column.")
 @click.option("--max-num-batched-tokens",
               help="With --engine vllm: tokens vLLM profiles with (V0 without chunked prefill: the context length; "
                    "default: V1's default for the GPU).")

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from quantrack.cli.options import model_options
+from quantrack.engines import DEFAULT_ENGINE
 from quantrack.errors import BadInput
 
 _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
@@ -80,7 +81,7 @@ def build_request(opts: dict[str, Any]) -> Any:
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise BadInput(f"--arm given twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
-    return PreflightRequest(gpus=resolve_gpus(opts["gpu"]), arms=arms, engine=opts["engine"] or "vllm",
+    return PreflightRequest(gpus=resolve_gpus(opts["gpu"]), arms=arms, engine=opts["engine"] or DEFAULT_ENGINE,
                             model=model, model_path=model_path, **{**common, "tp": opts["tp"] or 1})
 
 

@@ -21,6 +21,10 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "llamacpp": ("quantrack.engines.llamacpp", "LlamacppAdapter"),
 }
 ENGINE_KINDS: tuple[str, ...] = tuple(_REGISTRY)
+DEFAULT_ENGINE = "vllm"  # where a command or a study names none
+# the engines with a GPU memory-share model (``EngineAdapter.gpu_memory_share``), for option choices that must
+# not import the adapters (a test checks the two agree)
+GPU_ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang")
 _ALIASES = {"llama.cpp": "llamacpp", "llama-cpp": "llamacpp", "llama_cpp": "llamacpp", "xllamacpp": "llamacpp",
             "sgl": "sglang"}
 

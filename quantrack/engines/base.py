@@ -106,6 +106,12 @@ class EngineAdapter(ABC):
     pip_requirement: str | None = None  # the engine's own pip package, pinned per study ([engine] version)
     quantrack_extra: str = ""  # the quantrack extra a node installs for this engine ("[cpu]": xllamacpp)
     kv_type_names_arm: bool = False  # `serve --arm q8_0`: a bare KV type names an f16 arm with that KV cache
+    release_versions: bool = True  # has release versions the rules compare (llama.cpp builds are numbered)
+    default_util: float | None = None  # the engine's own default memory share, where it has one
+    start_checks_memory_share: bool = False  # refuses to start unless free memory >= its share of the total:
+    #                                          two servers on one GPU need shares that add up to <= 1
+    cuda_gated: bool = False  # rules gate on the CUDA its wheels were built with (--cuda)
+    profile_settings: bool = False  # max_num_batched_tokens / max_num_seqs shape its memory profile run
 
     max_prompt_logprobs: int | None = None  # the most top-k log-probabilities per prompt position by default
 

@@ -320,6 +320,7 @@ class LlamacppAdapter(EngineAdapter):
     needs_gpu = False
     quantrack_extra = "[cpu]"
     kv_type_names_arm = True
+    release_versions = False
 
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """One slot and one thread: the candidate it runs beside keeps its own threads."""

@@ -387,6 +387,10 @@ def parse_models(obj: Any) -> dict[str, Any]:
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     label = "vLLM"
+    default_util = 0.92  # vllm 0.25.0 vllm/config/cache.py:L68
+    start_checks_memory_share = True  # vllm@4ba787ec9:vllm/v1/worker/utils.py:L761-L770 (engine-facts §4.1)
+    profile_settings = True
+    cuda_gated = True
     pip_requirement = "vllm"
     default_port = 8000
     health_path = "/health"  # listed in the real 0.25 log: "Route: /health, Methods: GET"
