@@ -12,16 +12,22 @@ from typing import Any
 
 from quantrack.errors import BadInput, did_you_mean
 
+# The one table of GGUF types (llama.cpp; lower-case gguf.constants.GGMLQuantizationType names).
+# Weights a GGUF file may carry. bf16 and mxfp4 are also the names of HF checkpoint formats, so "this arm
+# is a GGUF file" is GGUF_ONLY_TYPES (what vLLM / SGLang must load through their GGUF path).
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl",
+              "mxfp4")
+HF_WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8", "w4a16", "nvfp4", "mxfp4")
+GGUF_ONLY_TYPES = tuple(t for t in GGUF_TYPES if t not in HF_WEIGHT_FORMATS)
+# KV-cache types llama-server takes for --cache-type-k / --cache-type-v (llama.cpp common/arg.cpp kv_cache_types)
+GGUF_KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
 # Weight formats quantrack models. Bytes per parameter are owned by quantrack.capacity.
-WEIGHT_FORMATS = (
-    "fp32", "bf16", "fp16", "fp8", "int8", "w4a16", "nvfp4", "mxfp4",
-    # GGUF tensor types (llama.cpp)
-    "f32", "f16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl", "mxfp4",
-)
+WEIGHT_FORMATS = HF_WEIGHT_FORMATS + GGUF_ONLY_TYPES
 # KV-cache dtypes quantrack models ("auto" = the model's activation dtype).
 KV_DTYPES = (
     "auto", "bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4",
-    "f32", "f16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
+    *(t for t in GGUF_KV_TYPES if t != "bf16"),
 )
 WEIGHT_ALIASES = {
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",

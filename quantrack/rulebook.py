@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from quantrack.arms import WEIGHT_FORMATS, Arm
+from quantrack.arms import GGUF_TYPES, WEIGHT_FORMATS, Arm
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, did_you_mean, unknown
 from quantrack.resources import rules_dir
@@ -33,7 +33,6 @@ VENDORS = ("nvidia", "amd", "cpu")
 ARCHES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "rdna3", "x86", "arm")
 
 # GGUF tensor types (llama.cpp weights); the rule value "gguf" stands for any of them.
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl", "mxfp4")
 UNQUANTIZED = ("fp32", "bf16", "fp16", "f32", "f16")
 UNQUANTIZED_KV = ("auto", "bf16", "fp16", "fp32", "f32", "f16")
 

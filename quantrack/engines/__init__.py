@@ -114,8 +114,9 @@ def arm_from_report(report: LogReport) -> Arm:
     quant = (report.quantization or "none").lower()
     kv_raw = (report.kv_cache_dtype or "auto").lower()
     if report.engine == "llamacpp":
-        weights = quant if quant in ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0",
-                                     "q4_1", "q4_k", "iq4_nl") else "f16"
+        from quantrack.arms import GGUF_TYPES
+
+        weights = quant if quant in GGUF_TYPES else "f16"
         kv = kv_raw if "," not in kv_raw and kv_raw != "f16" else "auto"
         return make_arm(f"{weights}-kv-{kv}" if kv != "auto" else weights, weights=weights, kv=kv,
                         dtype="auto")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from quantrack.arms import Arm
+from quantrack.arms import GGUF_ONLY_TYPES, Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
 from quantrack.engines.logparse import (
     FileSource,
@@ -32,7 +32,7 @@ from quantrack.errors import BadInput
 # --- arm -> flags -------------------------------------------------------------------------------
 # Flag spellings per engine live in the rulebook (rules/methods.toml, quantrack.rulebook.engine_flags), each with
 # its source; the adapters do not keep a second table.
-GGUF_TYPES = {"f32", "f16", "q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl"}
+GGUF_TYPES = frozenset(GGUF_ONLY_TYPES)  # an arm with these weights is a GGUF file (quantrack.arms: the one table)
 
 
 def rulebook_flags(engine: str, arm: Arm) -> list[str]:

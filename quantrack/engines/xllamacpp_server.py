@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any
 
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+from quantrack.arms import GGUF_KV_TYPES as KV_TYPES  # the one table of GGUF types
+
 READY_PREFIX = "quantrack-xllamacpp: listening on "
 
 

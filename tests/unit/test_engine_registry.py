@@ -76,3 +76,14 @@ def test_scoring_goes_through_the_adapter() -> None:
     out = get_adapter("llamacpp").score_prompt(post, [1, 2, 3, 4], 2, 2)
     assert [p for p, _ in posted] == ["/completion", "/completion"] and len(out) == 2
     assert [b["prompt"] for _, b in posted] == [[1, 2], [1, 2, 3]]
+
+
+def test_one_table_of_gguf_types() -> None:
+    from quantrack import arms, rulebook
+    from quantrack.engines import vllm, xllamacpp_server
+
+    assert rulebook.GGUF_TYPES is arms.GGUF_TYPES
+    assert vllm.GGUF_TYPES == frozenset(arms.GGUF_ONLY_TYPES)
+    assert xllamacpp_server.KV_TYPES is arms.GGUF_KV_TYPES
+    assert "bf16" not in arms.GGUF_ONLY_TYPES and "mxfp4" not in arms.GGUF_ONLY_TYPES  # also HF formats
+    assert set(arms.GGUF_ONLY_TYPES) <= set(arms.WEIGHT_FORMATS)
