@@ -80,8 +80,8 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
         from quantrack.interrupts import as_interrupted
 
         intr = as_interrupted(exc)
-        click.echo(f"quantrack: {intr.reason}: the arm in progress was logged KILLED with what it had measured; "
-                   "the study's parent run ended KILLED", err=True)
+        click.echo(f"quantrack: {intr.reason}: stopped; what was measured is logged (the lines above say where)",
+                   err=True)
         raise SystemExit(intr.exit_code) from None
     if fmt == "table" and result.table:
         click.echo(result.table.rstrip("\n"))
