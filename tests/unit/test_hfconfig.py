@@ -35,8 +35,10 @@ def test_sliding_window_is_flagged_not_refused() -> None:
 
 
 @pytest.mark.parametrize(("name", "message"), [
-    ("deepseek-v2-lite.json", "not modelled: multi-head latent attention (kv_lora_rank=512)"),
-    ("gpt-oss-20b.json", "not modelled: mixed per-layer attention (full_attention, sliding_attention)"),
+    ("deepseek-v2-lite.json", "not modelled from config.json alone: mixture-of-experts (n_routed_experts=64); its "
+                              "parameter bytes come from the checkpoint's safetensors headers: use --model ORG/NAME"),
+    ("gpt-oss-20b.json", "not modelled from config.json alone: mixture-of-experts (num_local_experts=32); its "
+                         "parameter bytes come from the checkpoint's safetensors headers: use --model ORG/NAME"),
     ("falcon-h1-hybrid.json", "not modelled: hybrid attention/Mamba layers (layers_block_type / SSM keys)"),
     ("incomplete.json", "incomplete config, missing num_hidden_layers"),
     ("bad-types.json", "hidden_size must be a positive integer, got '4096'"),

@@ -1,0 +1,285 @@
+"""`--model ORG/NAME[@REV]` through huggingface_hub against a local Hub on 127.0.0.1 (tests/hub_fixture.py).
+
+Configs are the published ones (tests/data/hub/README.md); safetensors headers are real small files written with
+the ``safetensors`` package, or shape-only headers with each checkpoint's published tensor layout
+(tests/hub_models.py). Every figure below is checked against a number the model authors or the engines publish:
+
+* Qwen3-30B-A3B: "Number of Parameters: 30.5B in total and 3.3B activated", 48 layers, 32 Q / 4 KV heads
+  (https://huggingface.co/Qwen/Qwen3-30B-A3B model card).
+* DeepSeek-V3: "Total parameters: 671B" for the main model; the MTP module (layer 61) is separate
+  (tenstorrent/tt-metal@c5cab334 models/demos/deepseek_v3/reference/README_WEIGHTS.md, copied from the
+  DeepSeek-V3 repository); MLA caches (d_c + d_h^R) x l = (512 + 64) x 61 elements per token
+  (DeepSeek-V2 paper, arXiv:2405.04434 §2.1.4 and Table 1).
+* gpt-oss-120b: 116.83B total parameters, checkpoint 60.8 GiB, 36 layers alternating banded-window (128) and
+  dense attention, 64 query heads of 64 dims, 8 KV heads; "fits on a single 80 GB GPU" (OpenAI gpt-oss model
+  card, arXiv:2508.10925, Table 1 and §2).
+* Llama-3.x-8B FP8: the neuralmagic/Meta-Llama-3-8B-Instruct-FP8 index publishes ``"total_size": 9081202432``
+  (llm-d/llm-d-kv-cache-manager@eea3a359 tests/e2e/redis_mock/testdata/local-llama3/model.safetensors.index.json);
+  RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8 has the same tensors (only rope/context differ in config).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import hub_fixture as hf
+import hub_models as hm
+import pytest
+
+from quantrack.cli import main
+
+GiB = 1024**3
+COMMIT = "4f1a2c3d5e6f708192a3b4c5d6e7f80912a3b4c5"
+OTHER_COMMIT = "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a291807"
+TINY_CONFIG = {  # synthetic, for the protocol paths only (a real Llama layout at toy size)
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
+    "max_position_embeddings": 512, "torch_dtype": "float16", "tie_word_embeddings": False,
+}
+
+
+def _tiny_safetensors(cfg: dict[str, Any]) -> bytes:
+    """A real safetensors file (safetensors.numpy) with the tiny model's tensors, float16."""
+    import numpy as np
+    from safetensors.numpy import save
+
+    h, i, v, kv = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_key_value_heads"] * 16
+    t: dict[str, Any] = {"model.embed_tokens.weight": np.zeros((v, h), np.float16),
+                         "lm_head.weight": np.zeros((v, h), np.float16), "model.norm.weight": np.ones(h, np.float16)}
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        t.update({p + "self_attn.q_proj.weight": np.zeros((h, h), np.float16),
+                  p + "self_attn.k_proj.weight": np.zeros((kv, h), np.float16),
+                  p + "self_attn.v_proj.weight": np.zeros((kv, h), np.float16),
+                  p + "self_attn.o_proj.weight": np.zeros((h, h), np.float16),
+                  p + "mlp.gate_proj.weight": np.zeros((i, h), np.float16),
+                  p + "mlp.up_proj.weight": np.zeros((i, h), np.float16),
+                  p + "mlp.down_proj.weight": np.zeros((h, i), np.float16),
+                  p + "input_layernorm.weight": np.ones(h, np.float16),
+                  p + "post_attention_layernorm.weight": np.ones(h, np.float16)})
+    return bytes(save(t))
+
+
+def _repo(cfg: dict[str, Any], files: dict[str, bytes | hf.SparseFile], **kw: Any) -> hf.Repo:
+    return hf.Repo(files={"config.json": json.dumps(cfg).encode(), **files}, commit=COMMIT, **kw)
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[hf.HubServer]:
+    tiny = _tiny_safetensors(TINY_CONFIG)
+    hybrid = {**TINY_CONFIG, "layers_block_type": ["attention", "mamba"], "mamba_d_state": 16}
+    repos = {
+        "quantrack-test/tiny-llama": _repo(TINY_CONFIG, {"model.safetensors": tiny},
+                                           revisions={"v1": OTHER_COMMIT}),
+        "quantrack-test/gated-llama": _repo(TINY_CONFIG, {"model.safetensors": tiny}, gated=True),
+        "quantrack-test/mamba-hybrid": _repo(hybrid, {"model.safetensors": tiny}),
+        "quantrack-test/no-weights": _repo(TINY_CONFIG, {}),
+    }
+    for repo_id, name, build, shards in (
+        ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", hm.qwen3_moe, 4),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-v3", hm.deepseek_v3, 16),
+        ("openai/gpt-oss-120b", "gpt-oss-120b", hm.gpt_oss, 3),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "meta-llama-3.1-8b-instruct-fp8", hm.llama_fp8, 2),
+        ("neuralmagic/Meta-Llama-3-8B-Instruct-FP8", "meta-llama-3-8b-instruct-fp8", hm.llama_fp8, 2),
+    ):
+        cfg = hm.config(name)
+        repos[repo_id] = _repo(cfg, hf.sharded(build(cfg), shards))
+    server = hf.start(repos)
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture
+def hub_env(hub: hf.HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> hf.HubServer:
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("QUANTRACK_CACHE", str(tmp_path / "qt"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token"))  # no stored token from this machine
+    return hub
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]:
+    code, out, err = run(["plan", *args, "--format", "json"], capsys)
+    assert code == 0, err
+    rows: list[dict[str, Any]] = json.loads(out)
+    return rows
+
+
+# --- the four "Done when" commands ---------------------------------------------------------------------------
+
+
+def test_qwen3_30b_a3b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.hub import resolve_model
+
+    shape = resolve_model("Qwen/Qwen3-30B-A3B")
+    assert round(shape.params / 1e9, 1) == 30.5  # model card: 30.5B in total
+    assert (shape.layers, shape.kv_heads, shape.head_dim, shape.num_experts, shape.experts_per_token) == \
+        (48, 4, 128, 128, 8)
+    assert shape.revision == COMMIT and shape.checkpoint and shape.checkpoint.weight_format is None
+    rows = plan_json(capsys, "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "--arm", "bf16", "--arm", "fp8",
+                     "--engine", "vllm")
+    bf16, fp8 = rows
+    assert bf16["kv_bytes_per_token"] == 2 * 48 * 4 * 128 * 2 == 98_304
+    assert bf16["weights_gib"] == round(30_532_122_624 * 2 / GiB, 4)  # every tensor BF16: 2 bytes per parameter
+    budget = 81559 * 1024**2 * 0.92 - 30_532_122_624 * 2
+    assert bf16["token_capacity"] == math.floor(budget / 98_304)
+    # online FP8: only the Linear weights (experts, attention) convert; embeddings, norms, routers stay BF16
+    assert 28.9 < fp8["engine_weights_gib"] < 29.1 and fp8["engine_tokens"] > bf16["engine_tokens"] > 0
+    code, out, _ = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "--arm", "bf16"], capsys)
+    assert code == 0 and "MoE: all 128 experts resident, 8 active per token" in out
+    assert f"safetensors headers of Qwen/Qwen3-30B-A3B@{COMMIT[:12]}" in out
+
+
+def test_deepseek_v3_on_h200_tp8(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.hub import resolve_model
+
+    shape = resolve_model("deepseek-ai/DeepSeek-V3")
+    assert shape.checkpoint is not None
+    assert round(shape.params / 1e9) == 671  # main model: "Total parameters: 671B" (MTP layer 61 skipped)
+    assert "num_nextn_predict_layers=1" in shape.checkpoint.skipped
+    assert shape.attention == "mla" and shape.head_dim == 512 + 64 and shape.kv_heads == 1
+    assert shape.checkpoint.weight_format == "fp8"  # quantization_config.quant_method fp8
+    rows = plan_json(capsys, "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--engine", "vllm")
+    assert [r["arm"] for r in rows] == ["fp8", "fp8-kv-fp8"]  # a pre-quantized checkpoint serves its own format
+    fp8, fp8kv = rows
+    # per token: one 576-element latent per layer on every one of the 8 ranks (MLA is not split by TP)
+    assert fp8["kv_bytes_per_token"] == 576 * 61 * 2 * 8 and fp8kv["kv_bytes_per_token"] == 576 * 61 * 1 * 8
+    per_rank = shape.checkpoint.total_bytes / 8
+    assert fp8["weights_gib"] == round(shape.checkpoint.total_bytes / GiB, 4)
+    assert 78.0 < per_rank / GiB < 78.7  # FP8 body + F32 block scales + BF16 embeddings, per H200
+    assert fp8["engine_tokens"] > 0 and fp8kv["engine_tokens"] > 1.9 * fp8["engine_tokens"]
+    code, _, err = run(["plan", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--arm", "bf16"],
+                       capsys)
+    assert code == 2 and err == ("quantrack: error: arm 'bf16' wants bf16 weights, but deepseek-ai/DeepSeek-V3 is a "
+                                 "pre-quantized fp8 checkpoint (quantization_config.quant_method=fp8); use "
+                                 "weights=fp8 or the unquantized repository\n")
+
+
+def test_gpt_oss_120b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.hub import resolve_model
+
+    shape = resolve_model("openai/gpt-oss-120b")
+    assert shape.checkpoint is not None
+    assert round(shape.params / 1e9, 2) == 116.83  # model card: 116.83B total parameters
+    assert round(shape.checkpoint.total_bytes / GiB, 1) == 60.8  # model card: checkpoint size 60.8 GiB
+    assert (shape.sliding_layers, shape.sliding_window, shape.kv_heads, shape.head_dim) == (18, 128, 8, 64)
+    rows = plan_json(capsys, "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--engine", "vllm",
+                     "--context-len", "131072")
+    mx = rows[0]
+    assert mx["arm"] == "mxfp4" and mx["fits"]  # "fits on a single 80 GB GPU"
+    assert mx["kv_bytes_per_token"] == 36 * 8 * 64 * 2 * 2 == 73_728
+    assert mx["engine_tokens"] > mx["token_capacity"]  # window layers need only ~window+batch tokens per request
+    code, _, err = run(["plan", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--engine", "sglang"], capsys)
+    assert code == 2 and "not modelled for SGLang: its sliding-window pool split" in err
+
+
+def test_llama31_8b_fp8_on_l4(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.hub import resolve_model
+
+    published = resolve_model("neuralmagic/Meta-Llama-3-8B-Instruct-FP8")
+    assert published.checkpoint and published.checkpoint.total_bytes == 9_081_202_432  # the index's total_size
+    rows = plan_json(capsys, "--model", "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "--gpu", "L4", "--engine",
+                     "vllm", "--context-len", "8192")
+    fp8, fp8kv = rows
+    assert fp8["weights_gib"] == round(9_081_202_432 / GiB, 4)  # not 8.03e9 x 1 B = 7.48 GiB
+    assert fp8["kv_bytes_per_token"] == 131_072 and fp8kv["kv_bytes_per_token"] == 65_536
+    assert fp8["token_capacity"] == math.floor((23034 * 1024**2 * 0.92 - 9_081_202_432) / 131_072)
+    assert 0 < fp8["engine_tokens"] < fp8["token_capacity"]
+
+
+# --- cache, offline, revisions, token ------------------------------------------------------------------------
+
+
+def test_cached_then_offline_reads_nothing(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.hub import resolve_model
+
+    first = resolve_model("quantrack-test/tiny-llama")
+    assert first.checkpoint and first.checkpoint.tensors == 21 and first.params_estimated is False
+    assert first.checkpoint.total_bytes == 2 * (2 * 100 * 64 + 64 + 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 128 * 64
+                                                                         + 2 * 64))
+    before = sum(hub_env.hits.values())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    again = resolve_model("quantrack-test/tiny-llama")
+    assert sum(hub_env.hits.values()) == before  # config from the HF cache, headers from ours
+    assert again.checkpoint == first.checkpoint
+
+
+def test_offline_with_empty_cache_is_one_line(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = sum(hub_env.hits.values())
+    code, out, err = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100"], capsys)
+    assert code == 2 and out == ""
+    assert err == ("quantrack: error: model Qwen/Qwen3-30B-A3B: HF_HUB_OFFLINE is set and config.json is not in "
+                   "the Hugging Face cache; run once online (or unset HF_HUB_OFFLINE)\n")
+    assert sum(hub_env.hits.values()) == before  # offline means no request at all
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("nobody/no-such-model", "model nobody/no-such-model: no such repository on {url} (a private one needs HF_TOKEN)"),
+    ("quantrack-test/gated-llama", ("model quantrack-test/gated-llama: gated repository; accept its licence on the "
+                                   "Hub and set HF_TOKEN")),
+    ("quantrack-test/mamba-hybrid", ("quantrack-test/mamba-hybrid@{short} config.json: not modelled: hybrid "
+                                    "attention/Mamba layers (layers_block_type / SSM keys)")),
+    ("quantrack-test/no-weights", ("model quantrack-test/no-weights: no safetensors weights (model.safetensors or its "
+                                  "index), so its parameter bytes are unknown; give --config with the shapes instead")),
+    ("quantrack-test/tiny-llama@nope", "model quantrack-test/tiny-llama@nope: no revision 'nope' in that repository"),
+])
+def test_hub_errors_are_one_line_exit_2(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str], model: str,
+                                        message: str) -> None:
+    code, out, err = run(["plan", "--model", model, "--gpu", "H100"], capsys)
+    assert code == 2 and out == ""
+    assert err == "quantrack: error: " + message.format(url=hub_env.url, short=COMMIT[:12]) + "\n"
+
+
+def test_gated_with_token_works_and_never_shows_it(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_TOKEN", hf.TOKEN)
+    code, out, err = run(["plan", "--model", "quantrack-test/gated-llama", "--gpu", "L4", "--format", "json"],
+                         capsys)
+    assert code == 0 and json.loads(out)[0]["fits"]
+    assert hf.TOKEN not in out + err and f"Bearer {hf.TOKEN}" in hub_env.auth_seen
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    monkeypatch.setenv("HF_HUB_CACHE", str(Path(str(hub_env.url).replace(":", "_"))))  # fresh cache: ask again
+    code, out, err = run(["plan", "--model", "quantrack-test/gated-llama", "--gpu", "L4"], capsys)
+    assert code == 2 and "HF_TOKEN does not grant access" in err and "hf_wrong" not in err
+
+
+def test_revision_pins_the_commit(hub_env: hf.HubServer) -> None:
+    from quantrack.hub import parse_hub_id, resolve_model
+
+    assert parse_hub_id("Qwen/Qwen3-30B-A3B@v1") == ("Qwen/Qwen3-30B-A3B", "v1")
+    assert parse_hub_id("Llama-3-8B") is None and parse_hub_id("./model/config.json") is None
+    assert resolve_model("quantrack-test/tiny-llama@v1").revision == OTHER_COMMIT
+    assert resolve_model("Llama-3-8B").checkpoint is None  # catalog names never touch the network
+
+
+def test_preflight_rejects_an_arm_the_checkpoint_cannot_serve(hub_env: hf.HubServer,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["preflight", "--gpu", "L4", "--engine", "vllm", "--model",
+                        "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "--arm", "fp8", "--arm", "bf16", "--format",
+                        "json"], capsys)
+    report = json.loads(out)
+    assert report["exit_code"] == 3 and report["verdict"] == "reject"
+    results = {r["arm"]: r for r in report["results"]}
+    rules = {v["rule"] for v in results["bf16"]["reasons"]}
+    assert "model-checkpoint-format" in rules and results["bf16"]["verdict"] == "reject"
+    assert "model-checkpoint-format" not in {v["rule"] for v in results["fp8"]["reasons"]}
