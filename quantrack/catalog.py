@@ -187,7 +187,10 @@ def models() -> tuple[ModelShape, ...]:
             tied_embeddings=bool(e.get("tied_embeddings", False)), dtype=e.get("dtype", "bf16"),
             max_context=e.get("max_context"), aliases=tuple(e.get("aliases", ())), hf_id=e.get("hf_id"),
             source=e.get("source", ""), unsupported=tuple(e.get("unsupported", ())),
-            params_exact=e.get("params_exact"),
+            params_exact=e.get("params_exact"), v_head_dim=e.get("v_head_dim"),
+            attention=e.get("attention", "gqa"), sliding_window=e.get("sliding_window"),
+            sliding_layers=int(e.get("sliding_layers", 0)), num_experts=e.get("num_experts"),
+            experts_per_token=e.get("experts_per_token"), moe_intermediate_size=e.get("moe_intermediate_size"),
         ))
     return tuple(out)
 
