@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hub_models as hm
 import pytest
 
-import hub_models as hm
 from quantrack.capacity import kv_bytes_per_token
 from quantrack.catalog import get_model
 from quantrack.hfconfig import checkpoint_weights, shape_from_config
