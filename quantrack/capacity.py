@@ -430,8 +430,13 @@ def predict_engine(
     page_size: int = 1,
     n_parallel: int = 1,
     kv_unified: bool = False,
+    reserve_bytes: float | None = None,
 ) -> EnginePrediction:
-    """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``)."""
+    """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``).
+
+    ``reserve_bytes`` replaces the engine's one calibrated constant (vLLM ``VLLM_NON_TORCH_BYTES``, SGLang
+    ``SGLANG_PRELOAD_USED_BYTES``): out-of-sample validation refits it without the log it then predicts.
+    """
     check_shape(shape)
     if engine not in ENGINES:
         raise BadInput(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -459,14 +464,17 @@ def predict_engine(
                            "NCCL buffers not modelled")
     if engine == "vllm":
         return _predict_vllm(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, max_num_seqs,
-                             tp, gpu_name, block_size, weights, per_token, naive, assumptions)
+                             tp, gpu_name, block_size, weights, per_token, naive, assumptions,
+                             VLLM_NON_TORCH_BYTES if reserve_bytes is None else reserve_bytes)
     return _predict_sglang(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, tp, page_size,
-                           weights, per_token, naive, assumptions)
+                           weights, per_token, naive, assumptions,
+                           SGLANG_PRELOAD_USED_BYTES if reserve_bytes is None else reserve_bytes)
 
 
 def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: float | None, ctx: int,
                   mnbt: int | None, mns: int | None, tp: int, gpu_name: str | None, block_size: int,
-                  weights: float, per_token: float, naive: int, assumptions: list[str]) -> EnginePrediction:
+                  weights: float, per_token: float, naive: int, assumptions: list[str],
+                  non_torch: float = VLLM_NON_TORCH_BYTES) -> EnginePrediction:
     util = 0.92 if util is None else util
     d_tokens, d_seqs = _vllm_defaults(total, gpu_name)
     tokens_batched = mnbt or d_tokens
@@ -489,7 +497,6 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
         activation = tokens_batched * (3 * inter / tp + 2 * hidden) * 2
     # dummy sampler run: fp32 logits for max_num_seqs requests over the full vocabulary.
     sampler = seqs * vocab * 4
-    non_torch = VLLM_NON_TORCH_BYTES
     kv_bytes = requested - weights - activation - sampler - non_torch
     extra_settings: dict[str, Any] = {}
     if shape.sliding_layers:
@@ -510,7 +517,8 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
         "sizing, so outside this budget (no 'Estimated CUDA graph memory' line in the H200 logs)"),
         f"max_num_batched_tokens {tokens_batched}, max_num_seqs {seqs}"
         + (" (vLLM online-serving defaults for this GPU)" if not (mnbt or mns) else ""),
-        f"non-torch + persistent buffers {VLLM_NON_TORCH_BYTES / GiB:.2f} GiB: calibrated on one H200 log",
+        f"non-torch + persistent buffers {non_torch / GiB:.2f} GiB"
+        + (": calibrated on one H200 log" if non_torch == VLLM_NON_TORCH_BYTES else " (given)"),
         f"blocks of {block_size} tokens",
     ]
     return EnginePrediction(
@@ -565,7 +573,7 @@ def _vllm_hybrid_tokens(shape: ModelShape, kv_bytes: float, per_token: float, bl
 
 def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: float | None, ctx: int,
                     chunk: int | None, tp: int, page_size: int, weights: float, per_token: float, naive: int,
-                    assumptions: list[str]) -> EnginePrediction:
+                    assumptions: list[str], preload_used: float = SGLANG_PRELOAD_USED_BYTES) -> EnginePrediction:
     if shape.sliding_layers:
         raise BadInput(f"{shape.name}: not modelled for SGLang: its sliding-window pool split "
                        f"(swa_full_tokens_ratio) for the {shape.sliding_layers} layer_types sliding_attention layers")
@@ -574,21 +582,22 @@ def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: flo
     given = mfs is not None
     mfs = mfs if mfs is not None else sglang_default_mem_fraction(total, tp, chunk, max_bs,
                                                                   mla=shape.attention == "mla")
-    pre_free = total - SGLANG_PRELOAD_USED_BYTES
+    pre_free = total - preload_used
     # kv_cache_configurator: rest = free_after_load - pre_load_free * (1 - mem_fraction_static)
     rest = (pre_free - weights) - pre_free * (1 - mfs)
     raw = int(rest // per_token) if rest > 0 else 0
     tokens = raw // page_size * page_size
     assumptions += [
         f"SGLang: mem_fraction_static {mfs}" + ("" if given else " (default formula, memory_hook)"),
-        f"memory in use before the weights {SGLANG_PRELOAD_USED_BYTES / GiB:.2f} GiB: calibrated on one H200 log",
+        f"memory in use before the weights {preload_used / GiB:.2f} GiB"
+        + (": calibrated on one H200 log" if preload_used == SGLANG_PRELOAD_USED_BYTES else " (given)"),
         "weights = free-memory delta at load; allocator slack after online quantization not modelled",
         f"chunked_prefill_size {chunk}, decode cuda_graph_max_bs {max_bs}, page size {page_size}",
     ]
     return EnginePrediction(
         engine="sglang", arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
         weights_bytes=weights, kv_bytes=max(0.0, rest), kv_bytes_per_token=per_token,
-        reserved={"preload_used": float(SGLANG_PRELOAD_USED_BYTES), "runtime_slack": pre_free * (1 - mfs),
+        reserved={"preload_used": float(preload_used), "runtime_slack": pre_free * (1 - mfs),
                   "page_rounding": max(0.0, rest - tokens * per_token)},
         settings={"mem_fraction_static": mfs, "chunked_prefill_size": chunk, "cuda_graph_max_bs": max_bs,
                   "page_size": page_size, "tp": tp},
