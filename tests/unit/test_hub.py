@@ -251,14 +251,15 @@ def test_hub_errors_are_one_line_exit_2(hub_env: hf.HubServer, capsys: pytest.Ca
 
 
 def test_gated_with_token_works_and_never_shows_it(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+                                                   tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HF_TOKEN", hf.TOKEN)
     code, out, err = run(["plan", "--model", "quantrack-test/gated-llama", "--gpu", "L4", "--format", "json"],
                          capsys)
     assert code == 0 and json.loads(out)[0]["fits"]
     assert hf.TOKEN not in out + err and f"Bearer {hf.TOKEN}" in hub_env.auth_seen
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
-    monkeypatch.setenv("HF_HUB_CACHE", str(Path(str(hub_env.url).replace(":", "_"))))  # fresh cache: ask again
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "fresh-hf"))  # fresh caches: the Hub is asked again
+    monkeypatch.setenv("QUANTRACK_CACHE", str(tmp_path / "fresh-qt"))
     code, out, err = run(["plan", "--model", "quantrack-test/gated-llama", "--gpu", "L4"], capsys)
     assert code == 2 and "HF_TOKEN does not grant access" in err and "hf_wrong" not in err
 
