@@ -284,3 +284,17 @@ def test_preflight_rejects_an_arm_the_checkpoint_cannot_serve(hub_env: hf.HubSer
     rules = {v["rule"] for v in results["bf16"]["reasons"]}
     assert "model-checkpoint-format" in rules and results["bf16"]["verdict"] == "reject"
     assert "model-checkpoint-format" not in {v["rule"] for v in results["fp8"]["reasons"]}
+
+
+def test_study_file_takes_a_hub_id(hub_env: hf.HubServer, tmp_path: Path) -> None:
+    from quantrack.preflight import request_from_study, run_preflight
+
+    study = tmp_path / "study.toml"
+    study.write_text('name = "fp8-l4"\ncontext_len = 8192\n\n[model]\nname = "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8"\n'
+                     '\n[engine]\nkind = "vllm"\n\n[gpu]\nname = "L4"\n\n'
+                     '[[arms]]\nname = "fp8"\nweights = "fp8"\n\n[[arms]]\nname = "bf16"\nweights = "bf16"\n',
+                     encoding="utf-8")
+    report = run_preflight(request_from_study(str(study)))
+    by_arm = {r.arm: r for r in report.results}
+    assert by_arm["fp8"].capacity and by_arm["fp8"].capacity["engine_weights_gib"] == round(9_081_202_432 / GiB, 4)
+    assert "model-checkpoint-format" in {v.rule_id for v in by_arm["bf16"].reasons}
