@@ -574,9 +574,6 @@ def _vllm_hybrid_tokens(shape: ModelShape, kv_bytes: float, per_token: float, bl
 def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: float | None, ctx: int,
                     chunk: int | None, tp: int, page_size: int, weights: float, per_token: float, naive: int,
                     assumptions: list[str], preload_used: float = SGLANG_PRELOAD_USED_BYTES) -> EnginePrediction:
-    if shape.sliding_layers:
-        raise BadInput(f"{shape.name}: not modelled for SGLang: its sliding-window pool split "
-                       f"(swa_full_tokens_ratio) for the {shape.sliding_layers} layer_types sliding_attention layers")
     chunk_default, max_bs = _sglang_defaults(total / MiB, tp)
     chunk = chunk or chunk_default
     given = mfs is not None
@@ -587,6 +584,9 @@ def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: flo
     rest = (pre_free - weights) - pre_free * (1 - mfs)
     raw = int(rest // per_token) if rest > 0 else 0
     tokens = raw // page_size * page_size
+    hybrid: dict[str, Any] = {}
+    if shape.sliding_layers:
+        tokens, hybrid = _sglang_swa_tokens(shape, raw, page_size, assumptions)
     assumptions += [
         f"SGLang: mem_fraction_static {mfs}" + ("" if given else " (default formula, memory_hook)"),
         f"memory in use before the weights {preload_used / GiB:.2f} GiB"
@@ -598,11 +598,37 @@ def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: flo
         engine="sglang", arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
         weights_bytes=weights, kv_bytes=max(0.0, rest), kv_bytes_per_token=per_token,
         reserved={"preload_used": float(preload_used), "runtime_slack": pre_free * (1 - mfs),
-                  "page_rounding": max(0.0, rest - tokens * per_token)},
+                  "page_rounding": max(0.0, rest - raw // page_size * page_size * per_token)},
         settings={"mem_fraction_static": mfs, "chunked_prefill_size": chunk, "cuda_graph_max_bs": max_bs,
-                  "page_size": page_size, "tp": tp},
+                  "page_size": page_size, "tp": tp, **hybrid},
         assumptions=assumptions, context_len=ctx,
     )
+
+
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8  # server_args.swa_full_tokens_ratio default
+
+
+def _sglang_swa_tokens(shape: ModelShape, raw: int, page_size: int,
+                       assumptions: list[str]) -> tuple[int, dict[str, Any]]:
+    """(logged max_total_num_tokens, settings) for SGLang's hybrid sliding-window pool.
+
+    ``ModelRunner.set_num_token_hybrid`` (python/sglang/srt/model_executor/model_runner.py, as read in public copies
+    of 2025-2026 versions): the pool profiled for every layer at ``raw`` tokens is re-split so that
+    ``swa_tokens * swa_layers + full_tokens * full_layers == raw * num_layers`` with ``swa_tokens = ratio *
+    full_tokens`` (``swa_full_tokens_ratio``, default 0.8), both page-aligned; ``max_total_num_tokens`` is then the
+    full-attention layers' count. Not checked against an SGLang log of a sliding-window model.
+    """
+    full_layers = shape.layers - shape.sliding_layers
+    ratio = SGLANG_SWA_FULL_TOKENS_RATIO
+    full = int(raw * shape.layers / (ratio * shape.sliding_layers + full_layers))
+    swa = int(full * ratio)
+    full, swa = full // page_size * page_size, swa // page_size * page_size
+    assumptions.append(f"hybrid SWA pool (disable_hybrid_swa_memory off): {full_layers} full-attention layers get "
+                       f"{full:,} tokens, {shape.sliding_layers} sliding ({shape.sliding_window}) layers {swa:,} "
+                       f"(swa_full_tokens_ratio {ratio}); max_total_num_tokens = the full layers' {full:,}; "
+                       "not checked against a log")
+    return full, {"full_layer_tokens": full, "swa_layer_tokens": swa, "swa_full_tokens_ratio": ratio,
+                  "pool_tokens_all_layers": raw}
 
 
 def llamacpp_kv_bytes(shape: ModelShape, cells: int, type_k: str = "f16", type_v: str = "f16") -> tuple[int, int]:

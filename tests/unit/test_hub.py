@@ -186,8 +186,22 @@ def test_gpt_oss_120b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixtu
     assert mx["arm"] == "mxfp4" and mx["fits"]  # "fits on a single 80 GB GPU"
     assert mx["kv_bytes_per_token"] == 36 * 8 * 64 * 2 * 2 == 73_728
     assert mx["engine_tokens"] > mx["token_capacity"]  # window layers need only ~window+batch tokens per request
-    code, _, err = run(["plan", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--engine", "sglang"], capsys)
-    assert code == 2 and "not modelled for SGLang: its sliding-window pool split" in err
+    # SGLang re-splits the pool: full layers get raw x 36 / (0.8 x 18 + 18) tokens, the window layers 0.8 of that
+    (sg,) = plan_json(capsys, "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--engine", "sglang",
+                      "--arm", "weights=mxfp4,kv=auto")
+    from quantrack.capacity import predict_engine
+    from quantrack.catalog import get_gpu
+
+    pred = predict_engine(shape, get_gpu("H100").total_bytes, _mxfp4(), "sglang", context_len=4096)
+    raw = pred.settings["pool_tokens_all_layers"]
+    assert sg["engine_tokens"] == pred.engine_tokens == int(raw * 36 / (0.8 * 18 + 18))
+    assert pred.settings["swa_layer_tokens"] == int(pred.engine_tokens * 0.8)
+
+
+def _mxfp4() -> Any:
+    from quantrack.arms import make_arm
+
+    return make_arm("mxfp4", weights="mxfp4")
 
 
 def test_llama31_8b_fp8_on_l4(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
