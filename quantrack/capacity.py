@@ -10,6 +10,10 @@ Two models live here, and every output says which one it came from:
   own budgeting code as summarised in engine-facts.md (project reference notes) §4, with the few constants that are not
   derivable from shapes calibrated on real H200 logs and documented in docs/capacity-model.md.
 
+Layouts beyond dense GQA (docs/capacity-model.md §7): MLA (one latent per layer and token, on every TP rank),
+per-layer sliding/full hybrids (vLLM's hybrid allocator groups, SGLang's SWA pool split), mixture-of-experts
+(every expert resident; weight bytes from the checkpoint's safetensors headers when the shape carries them).
+
 Everything here is derived, never measured.
 """
 
