@@ -14,6 +14,9 @@ Layouts (tensor names as in each repo's ``model.safetensors.index.json``):
   weight_block_size); MLA ``q_a/q_b/kv_a_proj_with_mqa/kv_b/o`` projections; layers < first_k_dense_replace
   dense; ``mlp.gate`` + ``e_score_correction_bias``, 256 routed + 1 shared expert; MTP layer 61 with
   ``enorm/hnorm/eh_proj/shared_head`` (tenstorrent/tt-metal models/demos/deepseek_v3/reference/README_WEIGHTS.md).
+* AWQ (GEMM, 4-bit, zero point): every Linear as I32 ``qweight`` [in, out/8] (eight 4-bit values per int32),
+  I32 ``qzeros`` [in/group, out/8] and F16 ``scales`` [in/group, out]; embeddings, norms, biases, ``lm_head``
+  F16 (AutoAWQ's GEMM layout, the one vLLM's ``awq``/``awq_marlin`` loaders read).
 * gpt-oss: BF16 attention (with biases and ``sinks``) and router; experts as U8 ``*_blocks`` (two FP4 E2M1
   per byte, blocks of 32) with U8 E8M0 ``*_scales`` and BF16 biases (quantization_config mxfp4).
 """
@@ -149,4 +152,28 @@ def gpt_oss(cfg: dict[str, Any]) -> Tensors:
         t[p + "mlp.experts.down_proj_bias"] = ("BF16", [e, h])
     t["model.norm.weight"] = ("BF16", [h])
     t["lm_head.weight"] = ("BF16", [vocab, h])
+    return t
+
+
+def qwen2_awq(cfg: dict[str, Any]) -> Tensors:
+    """Qwen2 dense with AWQ GEMM Linear layers (q/k/v keep their F16 bias)."""
+    h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    group = cfg["quantization_config"]["group_size"]
+    t: Tensors = {"model.embed_tokens.weight": ("F16", [vocab, h])}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = ("F16", [h])
+        t[p + "post_attention_layernorm.weight"] = ("F16", [h])
+        for proj, out_f, in_f in (("self_attn.q_proj", q, h), ("self_attn.k_proj", kv, h), ("self_attn.v_proj", kv, h),
+                                  ("self_attn.o_proj", h, q), ("mlp.gate_proj", inter, h), ("mlp.up_proj", inter, h),
+                                  ("mlp.down_proj", h, inter)):
+            t[p + proj + ".qweight"] = ("I32", [in_f, out_f // 8])
+            t[p + proj + ".qzeros"] = ("I32", [in_f // group, out_f // 8])
+            t[p + proj + ".scales"] = ("F16", [in_f // group, out_f])
+            if proj.startswith("self_attn.") and proj != "self_attn.o_proj":
+                t[p + proj + ".bias"] = ("F16", [out_f])
+    t["model.norm.weight"] = ("F16", [h])
+    t["lm_head.weight"] = ("F16", [vocab, h])
     return t

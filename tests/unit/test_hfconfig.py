@@ -140,3 +140,44 @@ def test_vllm_hybrid_groups_and_logged_tokens() -> None:
     assert pred.settings["legacy_v011_tokens"] == blocks // 7 * 16
     # more tokens than the pool holds at full attention: most layers keep only their window
     assert pred.engine_tokens > pred.settings["pool_tokens_all_layers"]
+
+
+# --- checkpoint headers: bytes per dtype and unpacked parameters -----------------------------------------------
+
+
+def test_nvfp4_and_compressed_tensors_int4_layouts() -> None:
+    """FP4 packed two per byte with an FP8 scale per 16 (modelopt NVFP4); int4 packed eight per int32 with group
+    scales and zero points (compressed-tensors pack-quantized). Scales are bytes, not parameters."""
+    from quantrack.hfconfig import checkpoint_weights, weight_format_of
+
+    out_f, in_f = 4096, 4096
+    nvfp4 = {"layers.0.mlp.up_proj.weight": ("U8", [out_f, in_f // 2]),
+             "layers.0.mlp.up_proj.weight_scale": ("F8_E4M3", [out_f, in_f // 16]),
+             "layers.0.mlp.up_proj.weight_scale_2": ("F32", []), "layers.0.mlp.up_proj.input_scale": ("F32", []),
+             "lm_head.weight": ("BF16", [1000, in_f])}
+    cfg = {"num_hidden_layers": 1, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}
+    ck = checkpoint_weights(nvfp4, cfg)
+    assert weight_format_of(cfg) == ("nvfp4", "modelopt") and ck.weight_format == "nvfp4"
+    assert ck.logical_params == out_f * in_f + 1000 * in_f
+    assert ck.total_bytes == out_f * in_f * (0.5 + 1 / 16) + 8 + 1000 * in_f * 2
+    assert ck.bytes_by_dtype["F8_E4M3"] == out_f * in_f // 16 and ck.embedding_bytes == 1000 * in_f * 2
+    ct = {"layers.0.mlp.up_proj.weight_packed": ("I32", [out_f, in_f // 8]),
+          "layers.0.mlp.up_proj.weight_scale": ("BF16", [out_f, in_f // 128]),
+          "layers.0.mlp.up_proj.weight_zero_point": ("I32", [out_f // 8, in_f // 128]),
+          "layers.0.mlp.up_proj.weight_shape": ("I64", [2])}
+    cfg_ct = {"num_hidden_layers": 1, "quantization_config": {
+        "quant_method": "compressed-tensors", "format": "pack-quantized",
+        "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128},
+                                      "input_activations": None}}}}
+    ck = checkpoint_weights(ct, cfg_ct)
+    assert ck.weight_format == "w4a16" and ck.logical_params == out_f * in_f
+    assert ck.total_bytes == out_f * in_f // 2 + out_f * in_f // 128 * 2 + out_f * in_f // 1024 * 4 + 16
+
+
+def test_unknown_dtype_and_unmapped_method() -> None:
+    from quantrack.hfconfig import checkpoint_weights, weight_format_of
+
+    with pytest.raises(BadInput, match="dtype 'F2', which quantrack has no size for"):
+        checkpoint_weights({"w": ("F2", [4])}, {})
+    assert weight_format_of({"quantization_config": {"quant_method": "bitsandbytes"}}) == (None, "bitsandbytes")
+    assert weight_format_of({"quantization_config": {"quant_method": "gptq", "bits": 8}}) == (None, "gptq")

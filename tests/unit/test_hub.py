@@ -312,3 +312,27 @@ def test_study_file_takes_a_hub_id(hub_env: hf.HubServer, tmp_path: Path) -> Non
     by_arm = {r.arm: r for r in report.results}
     assert by_arm["fp8"].capacity and by_arm["fp8"].capacity["engine_weights_gib"] == round(9_081_202_432 / GiB, 4)
     assert "model-checkpoint-format" in {v.rule_id for v in by_arm["bf16"].reasons}
+
+
+def test_awq_checkpoint_bytes_match_the_engine_log(hub: hf.HubServer, hub_env: hf.HubServer,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Packed int4 + zero points + group scales from the headers vs vLLM's 'Loading model weights took 5.2032 GB'
+    for Qwen2.5-7B-Instruct-AWQ (https://github.com/vllm-project/vllm/issues/13882; V0's "GB" is GiB)."""
+    from quantrack.engines import parse_log_file
+    from quantrack.hub import resolve_model
+
+    cfg = hm.config("qwen2.5-7b-instruct-awq")
+    hub.repos["Qwen/Qwen2.5-7B-Instruct-AWQ"] = _repo(cfg, hf.sharded(hm.qwen2_awq(cfg), 2))
+    shape = resolve_model("Qwen/Qwen2.5-7B-Instruct-AWQ")
+    assert shape.checkpoint and shape.checkpoint.weight_format == "w4a16"
+    assert shape.params == 7_615_616_512  # qweight x 8 unpacked; scales and zeros are not parameters
+    logged = parse_log_file(hf_logs() / "vllm-13882-rtx4060-qwen25-7b-awq.log", "vllm").weights_gib
+    assert logged == 5.2032
+    assert abs(shape.checkpoint.total_bytes / GiB - logged) / logged < 0.005  # 5.188 GiB: -0.3%
+    (row,) = plan_json(capsys, "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--vram", "8GiB", "--util", "0.7",
+                       "--arm", "w4a16")
+    assert row["weights_gib"] == round(shape.checkpoint.total_bytes / GiB, 4)
+
+
+def hf_logs() -> Path:
+    return Path(__file__).resolve().parents[1] / "data" / "public-logs"
