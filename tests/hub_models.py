@@ -14,6 +14,7 @@ Layouts (tensor names as in each repo's ``model.safetensors.index.json``):
   weight_block_size); MLA ``q_a/q_b/kv_a_proj_with_mqa/kv_b/o`` projections; layers < first_k_dense_replace
   dense; ``mlp.gate`` + ``e_score_correction_bias``, 256 routed + 1 shared expert; MTP layer 61 with
   ``enorm/hnorm/eh_proj/shared_head`` (tenstorrent/tt-metal models/demos/deepseek_v3/reference/README_WEIGHTS.md).
+* Mixtral: BF16; ``block_sparse_moe.gate`` router + ``block_sparse_moe.experts.{e}.w1/w2/w3``.
 * AWQ (GEMM, 4-bit, zero point): every Linear as I32 ``qweight`` [in, out/8] (eight 4-bit values per int32),
   I32 ``qzeros`` [in/group, out/8] and F16 ``scales`` [in/group, out]; embeddings, norms, biases, ``lm_head``
   F16 (AutoAWQ's GEMM layout, the one vLLM's ``awq``/``awq_marlin`` loaders read).
@@ -176,4 +177,27 @@ def qwen2_awq(cfg: dict[str, Any]) -> Tensors:
                 t[p + proj + ".bias"] = ("F16", [out_f])
     t["model.norm.weight"] = ("F16", [h])
     t["lm_head.weight"] = ("F16", [vocab, h])
+    return t
+
+
+def mixtral(cfg: dict[str, Any]) -> Tensors:
+    h, inter, vocab, e = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_local_experts"]
+    hd = h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    t: Tensors = {"model.embed_tokens.weight": ("BF16", [vocab, h])}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = ("BF16", [h])
+        t[p + "post_attention_layernorm.weight"] = ("BF16", [h])
+        t[p + "self_attn.q_proj.weight"] = ("BF16", [q, h])
+        t[p + "self_attn.k_proj.weight"] = ("BF16", [kv, h])
+        t[p + "self_attn.v_proj.weight"] = ("BF16", [kv, h])
+        t[p + "self_attn.o_proj.weight"] = ("BF16", [h, q])
+        t[p + "block_sparse_moe.gate.weight"] = ("BF16", [e, h])
+        for x in range(e):
+            t[p + f"block_sparse_moe.experts.{x}.w1.weight"] = ("BF16", [inter, h])
+            t[p + f"block_sparse_moe.experts.{x}.w2.weight"] = ("BF16", [h, inter])
+            t[p + f"block_sparse_moe.experts.{x}.w3.weight"] = ("BF16", [inter, h])
+    t["model.norm.weight"] = ("BF16", [h])
+    t["lm_head.weight"] = ("BF16", [vocab, h])
     return t
