@@ -44,6 +44,7 @@ def test_dense_entries_match_their_config(name: str, hf_id: str, card_billions: 
     ("DeepSeek-V3", "deepseek-v3", hm.deepseek_v3, 671),  # "671B total parameters"
     ("gpt-oss-120b", "gpt-oss-120b", hm.gpt_oss, 116.83),  # "116.83B"
     ("Mixtral-8x7B", "mixtral-8x7b", hm.mixtral, 46.7),  # Mistral AI: "46.7B total parameters"
+    ("Qwen3-235B-A22B", "qwen3-235b-a22b", hm.qwen3_moe, 235),  # model card: "235B in total"
 ])
 def test_layout_entries_match_their_config_and_checkpoint(name: str, config: str, build: object,
                                                           card: float) -> None:
