@@ -157,6 +157,10 @@ def checkpoint_mismatch(shape: ModelShape, arm: Arm) -> str | None:
         return (f"arm {arm.name!r} wants {arm.weights} weights, but {shape.name} is a pre-quantized {fmt} "
                 f"checkpoint (quantization_config.quant_method={ckpt.quant_method}); use weights={fmt} "
                 "or the unquantized repository")
+    if fmt is None and arm.weights in _PREQUANTIZED_ONLY:
+        return (f"arm {arm.name!r} wants {arm.weights} weights, which engines load only from a pre-quantized "
+                f"checkpoint; {shape.name} is unquantized ({shape.dtype}): name the quantized repository "
+                "(--model ORG/NAME-AWQ ..., or the arm's own model)")
     return None
 
 
@@ -194,10 +198,6 @@ def engine_weight_bytes(shape: ModelShape, fmt: str) -> tuple[float, list[str]]:
             notes.append(f"{ckpt.quantizable_params:,} Linear params at {f} ({per:g} B), the other "
                          f"{(ckpt.total_bytes - ckpt.quantizable_bytes) / GiB:.2f} GiB as stored (headers)")
             return float(ckpt.total_bytes - ckpt.quantizable_bytes + converted), notes
-        if ckpt.weight_format is None:
-            notes.append(f"{f} needs a pre-quantized checkpoint; counted as {ckpt.quantizable_params:,} Linear "
-                         "params at its size plus the rest as stored")
-            return float(ckpt.total_bytes - ckpt.quantizable_bytes + ckpt.quantizable_params * per), notes
     if per >= 2.0 or f in _GGML_NAMES:
         return shape.params * per, notes
     emb = shape.embedding_params

@@ -174,8 +174,8 @@ def _catalog_gpu(gpu: Any) -> GPU:
 
 def _checkpoint_findings(req: PreflightRequest, arm: Arm) -> list[Any]:
     """A reject when the arm's weights are not what the Hub checkpoint stores (quantization_config)."""
-    if req.model is None or getattr(req.model, "checkpoint", None) is None:
-        return []
+    if req.model is None or getattr(req.model, "checkpoint", None) is None or arm.model:
+        return []  # an arm with its own model file is not served from this checkpoint
     from quantrack.capacity import checkpoint_mismatch
     from quantrack.rulebook import Verdict
 

@@ -112,6 +112,9 @@ def build_request(opts: dict[str, Any]) -> Any:
         arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]])
     elif shape.checkpoint is not None and shape.checkpoint.weight_format:
         arms = checkpoint_arms(shape.checkpoint.weight_format)  # a pre-quantized checkpoint serves its own format
+    elif shape.checkpoint is not None:
+        # a 16-bit checkpoint: the arms an engine can make from it at load time (no 4-bit: that is another repo)
+        arms = with_baseline([parse_arm_spec(n) for n in ("bf16", "fp8", "fp8-kv", "int8")])
     else:
         arms = default_arms()
     names = [a.name for a in arms]

@@ -142,8 +142,11 @@ def test_qwen3_30b_a3b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixt
     assert bf16["token_capacity"] == math.floor(budget / 98_304)
     # online FP8: only the Linear weights (experts, attention) convert; embeddings, norms, routers stay BF16
     assert 28.9 < fp8["engine_weights_gib"] < 29.1 and fp8["engine_tokens"] > bf16["engine_tokens"] > 0
-    code, out, _ = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "--arm", "bf16"], capsys)
+    code, out, _ = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100"], capsys)
     assert code == 0 and "MoE: all 128 experts resident, 8 active per token" in out
+    assert [ln.split()[0] for ln in out.splitlines()[3:7]] == ["bf16", "fp8", "fp8-kv", "int8"]  # no 4-bit default
+    code, _, err = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "--arm", "w4a16"], capsys)
+    assert code == 2 and "engines load only from a pre-quantized checkpoint" in err
     assert f"safetensors headers of Qwen/Qwen3-30B-A3B@{COMMIT[:12]}" in out
 
 
