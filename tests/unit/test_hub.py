@@ -30,6 +30,7 @@ import hub_fixture as hf
 import hub_models as hm
 import pytest
 
+from quantrack.arms import parse_arm_spec
 from quantrack.cli import main
 
 GiB = 1024**3
@@ -168,6 +169,15 @@ def test_deepseek_v3_on_h200_tp8(hub_env: hf.HubServer, capsys: pytest.CaptureFi
     assert fp8["weights_gib"] == round(shape.checkpoint.total_bytes / GiB, 4)
     assert 78.0 < per_rank / GiB < 78.7  # FP8 body + F32 block scales + BF16 embeddings, per H200
     assert fp8["engine_tokens"] > 0 and fp8kv["engine_tokens"] > 1.9 * fp8["engine_tokens"]
+    # SGLang: MLA cell = 576 x 61 x kv bytes per rank; its default memory fraction reserves 1.5 GiB for MLA graphs
+    from quantrack.capacity import predict_engine, sglang_default_mem_fraction
+    from quantrack.catalog import get_gpu
+
+    h200 = get_gpu("H200").total_bytes
+    sg = predict_engine(shape, h200, parse_arm_spec("fp8"), "sglang", tp=8, context_len=4096)
+    assert sg.kv_bytes_per_token == 576 * 61 * 2
+    assert sg.settings["mem_fraction_static"] == sglang_default_mem_fraction(h200, 8, mla=True) \
+        < sglang_default_mem_fraction(h200, 8)
     code, _, err = run(["plan", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--arm", "bf16"],
                        capsys)
     assert code == 2 and err == ("quantrack: error: arm 'bf16' wants bf16 weights, but deepseek-ai/DeepSeek-V3 is a "
