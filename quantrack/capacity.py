@@ -25,6 +25,7 @@ from typing import Any
 
 from quantrack.arms import Arm
 from quantrack.catalog import GPU, ModelShape
+from quantrack.engines import DEFAULT_UTIL
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput
 
@@ -284,7 +285,7 @@ def plan(
     shape: ModelShape,
     memory_bytes: float,
     arms: list[Arm],
-    util: float = 0.92,
+    util: float = DEFAULT_UTIL,
     overhead_bytes: float = 0,
     tp: int = 1,
     context_len: int | None = None,
@@ -461,7 +462,7 @@ def predict_engine(
     weights_total, w_notes = engine_weight_bytes(shape, arm.weights)
     weights = weights_total / tp
     per_token = kv_bytes_per_token(shape, kv, tp)
-    naive = plan(shape, gpu_memory_bytes, [arm], util=util or 0.92, tp=tp, context_len=ctx)[0].token_capacity
+    naive = plan(shape, gpu_memory_bytes, [arm], util=util or DEFAULT_UTIL, tp=tp, context_len=ctx)[0].token_capacity
     assumptions = list(w_notes) + [f"not modelled: {u}" for u in shape.unsupported]
     if tp > 1:
         assumptions.append(f"TP {tp}: weights split evenly; {kv_heads_per_rank(shape, tp)} KV head(s) per rank; "
@@ -479,7 +480,7 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
                   mnbt: int | None, mns: int | None, tp: int, gpu_name: str | None, block_size: int,
                   weights: float, per_token: float, naive: int, assumptions: list[str],
                   non_torch: float = VLLM_NON_TORCH_BYTES) -> EnginePrediction:
-    util = 0.92 if util is None else util
+    util = DEFAULT_UTIL if util is None else util
     d_tokens, d_seqs = _vllm_defaults(total, gpu_name)
     tokens_batched = mnbt or d_tokens
     seqs = mns or d_seqs
@@ -717,7 +718,7 @@ def predict_for_arm(
                 "engine_kv_bytes": pred.kv_bytes, "engine_kv_mib": round(pred.kv_bytes / MiB, 2),
                 "weights_naive_gib": round(pred.weights_bytes / GiB, 4), "prediction": pred.to_dict(),
                 "basis": "derived"}
-    row = plan(shape, total, [arm], util=util if util is not None else 0.92, tp=tp, context_len=context_len)[0]
+    row = plan(shape, total, [arm], util=util if util is not None else DEFAULT_UTIL, tp=tp, context_len=context_len)[0]
     pred = predict_engine(shape, total, arm, engine, util=util, context_len=row.context_len, tp=tp, gpu_name=gpu_name,
                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
     return {
@@ -744,7 +745,7 @@ class PlanRequest:
     memory_bytes: float  # per device
     memory_label: str  # how the memory was given, for the title ("24 GiB (--vram; bare number = GiB)")
     arms: tuple[Arm, ...]
-    util: float | None = None  # None: 0.92 for the naive plan, the engine's own default for --engine
+    util: float | None = None  # None: DEFAULT_UTIL for the naive plan, the engine's own default for --engine
     overhead_bytes: float = 0
     tp: int = 1
     context_len: int = 4096
@@ -758,7 +759,7 @@ class PlanRequest:
         unit = "GB (decimal, 1e9 B)" if self.decimal else "GiB (2^30 B)"
         parts = [f"Capacity plan for {self.shape.name}: derived, not measured",
                  f"memory {self.memory_label}" + (f" x TP {self.tp}" if self.tp > 1 else ""),
-                 f"util {self.util if self.util is not None else 0.92}",
+                 f"util {self.util if self.util is not None else DEFAULT_UTIL}",
                  f"context {self.context_len}", f"sizes in {unit}"]
         if self.overhead_bytes:
             parts.append(f"overhead {self.overhead_bytes / (1e9 if self.decimal else GiB):g} "
@@ -770,7 +771,7 @@ class PlanRequest:
 
 def run_plan(req: PlanRequest) -> list[PlanRow]:
     """Naive rows for every arm; with ``req.engine`` set, the engine-aware prediction beside each."""
-    rows = plan(req.shape, req.memory_bytes, list(req.arms), util=req.util if req.util is not None else 0.92,
+    rows = plan(req.shape, req.memory_bytes, list(req.arms), util=req.util if req.util is not None else DEFAULT_UTIL,
                 overhead_bytes=req.overhead_bytes, tp=req.tp, context_len=req.context_len)
     if req.engine:
         for row, arm in zip(rows, req.arms, strict=True):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.arms import Arm, make_arm, with_baseline
+from quantrack.engines import DEFAULT_UTIL
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, did_you_mean
 
@@ -61,7 +62,7 @@ class EngineSpec:
 class GpuSpec:
     name: str = "auto"  # catalog name or "auto"
     count: int = 1  # tensor parallel size
-    util: float = 0.92  # vLLM gpu_memory_utilization / SGLang mem_fraction_static if set
+    util: float = DEFAULT_UTIL  # vLLM gpu_memory_utilization / SGLang mem_fraction_static if set
     cuda: str | None = None  # CUDA version the engine was built with
     overhead_gib: float = 0.0
 

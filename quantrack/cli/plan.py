@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from quantrack.cli.options import model_options
-from quantrack.engines import GPU_ENGINE_KINDS, get_adapter
+from quantrack.engines import DEFAULT_UTIL, GPU_ENGINE_KINDS, get_adapter
 from quantrack.errors import BadInput
 
 _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
@@ -191,7 +191,7 @@ def _profile_note(req: Any) -> str:
 @click.option("--vram", help="Memory per GPU: 24 (= GiB), 24GiB, 16GB (decimal), 512MiB.")
 @click.option("--gpu", help="Catalog GPU (see `quantrack catalog gpus`); uses its device-reported memory.")
 @click.option("--tp", help="Tensor-parallel size (default 1).")
-@click.option("--util", help="Fraction of memory the engine may use, in (0, 1] (default 0.92).")
+@click.option("--util", help=f"Fraction of memory the engine may use, in (0, 1] (default {DEFAULT_UTIL:g}).")
 @click.option("--overhead", help="Fixed overhead subtracted from the budget (memory string, default 0).")
 @click.option("--context-len", help="Tokens per request for the concurrency column (default 4096).")
 @click.option("--arm", "arm", multiple=True,

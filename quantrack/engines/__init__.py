@@ -22,6 +22,9 @@ _REGISTRY: dict[str, tuple[str, str]] = {
 }
 ENGINE_KINDS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_ENGINE = "vllm"  # where a command or a study names none
+# The memory share a study, a plan or a KL baseline assume where none is given: vLLM 0.25.0's
+# gpu_memory_utilization default (vllm/config/cache.py:L68). The one definition.
+DEFAULT_UTIL = 0.92
 # the engines with a GPU memory-share model (``EngineAdapter.gpu_memory_share``), for option choices that must
 # not import the adapters (a test checks the two agree)
 GPU_ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
+from quantrack.engines import DEFAULT_UTIL
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
 from quantrack.engines.logparse import (
     FileSource,
@@ -387,7 +388,7 @@ def parse_models(obj: Any) -> dict[str, Any]:
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     label = "vLLM"
-    default_util = 0.92  # vllm 0.25.0 vllm/config/cache.py:L68
+    default_util = DEFAULT_UTIL  # vllm 0.25.0 vllm/config/cache.py:L68
     start_checks_memory_share = True  # vllm@4ba787ec9:vllm/v1/worker/utils.py:L761-L770 (engine-facts §4.1)
     profile_settings = True
     cuda_gated = True

@@ -20,13 +20,14 @@ from quantrack.study import Study
 from quantrack.tracking import RunRecord, provenance_tags
 
 if TYPE_CHECKING:
+    from quantrack.engines.base import LogReport
     from quantrack.measure.sweep import SweepResult
 
 
 def kv_figures(out: ArmOutcome) -> dict[str, float]:
     """KV cache predicted (derived) vs reported (the engine log), in MiB and cells, when both exist."""
     rep, pred = out.log_report, out.predicted
-    extra = getattr(rep, "extra", None) or {}
+    extra = rep.extra if rep is not None else {}
     figs: dict[str, float] = {}
     rep_mib = extra.get("kv_mib")
     pred_mib = _num(pred, "engine_kv_mib") if pred is not None else None
@@ -78,7 +79,7 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     rec.param(Param.STUDY, study.name)
     rec.param(Param.ARM, arm.name)
     rec.param(Param.ENGINE, study.engine.kind)
-    rec.param(Param.ENGINE_VERSION, getattr(rep, "engine_version", None) or live.get("engine_version")
+    rec.param(Param.ENGINE_VERSION, (rep.engine_version if rep is not None else None) or live.get("engine_version")
               or study.engine.version)
     rec.param(Param.MODEL, arm.model or study.model.path or study.model.gguf or study.model.name)
     rec.param(Param.MODEL_NAME, study.model.name)
@@ -89,7 +90,7 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     rec.param(Param.KV_CACHE_DTYPE, arm.kv)
     rec.param(Param.KV_CACHE_DTYPE_EFFECTIVE, _effective_kv(arm, rep))
     rec.param(Param.DTYPE, arm.dtype)
-    rec.param(Param.DTYPE_EFFECTIVE, getattr(rep, "dtype", None))
+    rec.param(Param.DTYPE_EFFECTIVE, rep.dtype if rep is not None else None)
     rec.param(Param.ENGINE_ARGS, list(redact_argv(arm.engine_args)) or None)
     rec.param(Param.GPU_NAME, node.get("gpu_name") or (study.gpu.name if study.gpu.name != "auto" else None))
     rec.param(Param.GPU_CATALOG, study.gpu.name)
@@ -130,22 +131,22 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     rec.tag(Tag.SOURCE, out.source)
     rec.tag(Tag.BASELINE, "true" if arm.baseline else "false")
     rec.tag(Tag.VERDICT, out.verdict)
-    rec.tag(Tag.RULE_IDS, ",".join(sorted({getattr(v, "rule_id", "") for v in out.verdicts
-                                                    if getattr(v, "verdict", "allow") != "allow"} - {""})) or None)
+    rec.tag(Tag.RULE_IDS, ",".join(sorted({v.rule_id for v in out.verdicts if v.verdict != "allow"} - {""}))
+            or None)
     if out.error:
         rec.tag(Tag.ERROR, out.error)
         rec.tag(Tag.FAILED_STEP, out.failed_step)
     if rep is not None:
-        fbs = list(getattr(rep, "fallbacks", []) or [])
+        fbs = rep.fallbacks
         rec.tag(Tag.FALLBACK, fallback_state(rep))
         if fbs:
             rec.tag(Tag.FALLBACK_KINDS, ",".join(sorted({e.kind for e in fbs})))
             rec.tag(Tag.FALLBACK_EVIDENCE, f"{Path(str(rep.source or 'log')).name}:{fbs[0].line_no}: "
                                                     f"{fbs[0].line.strip()}")
-        rec.tag(Tag.EFFECTIVE_KERNEL, getattr(rep, "linear_kernel", None))
-        rec.tag(Tag.ATTENTION_BACKEND, getattr(rep, "attention_backend", None))
-        rec.tag(Tag.LOG_QUANTIZATION, getattr(rep, "quantization", None))
-        rec.tag(Tag.LOG_NOT_FOUND, ",".join(getattr(rep, "not_found", []) or []) or None)
+        rec.tag(Tag.EFFECTIVE_KERNEL, rep.linear_kernel)
+        rec.tag(Tag.ATTENTION_BACKEND, rep.attention_backend)
+        rec.tag(Tag.LOG_QUANTIZATION, rep.quantization)
+        rec.tag(Tag.LOG_NOT_FOUND, ",".join(rep.not_found) or None)
     # metrics: capacity (measured from the log; predicted is derived)
     if rep is not None:
         rec.metric(Metric.WEIGHTS_GIB, rep.weights_gib)
@@ -155,7 +156,7 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
         rec.metric(Metric.CUDA_GRAPH_GIB, rep.cuda_graph_gib)
     predicted_tokens = _num(out.predicted or {}, "engine_tokens")
     rec.metric(Metric.KV_TOKENS_PREDICTED, predicted_tokens)
-    reported = getattr(rep, "kv_cache_tokens", None)
+    reported = rep.kv_cache_tokens if rep is not None else None
     if predicted_tokens and reported is not None:
         rec.metric(Metric.CAPACITY_ERROR_PCT, (reported - predicted_tokens) / predicted_tokens * 100.0)
     for key, value in kv_figures(out).items():
@@ -202,21 +203,21 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     return rec
 
 
-def fallback_state(rep: Any) -> str:
+def fallback_state(rep: LogReport) -> str:
     """``yes`` (the log shows a fallback), ``no`` (a log of a known engine that got as far as loading the
     weights and shows none), else ``unknown``: a log that says nothing is never read as "no fallback"."""
-    if list(getattr(rep, "fallbacks", []) or []):
+    if rep.fallbacks:
         return schema.FALLBACK_YES
-    if getattr(rep, "engine", None) and getattr(rep, "weights_gib", None) is not None:
+    if rep.engine and rep.weights_gib is not None:
         return schema.FALLBACK_NO
     return schema.FALLBACK_UNKNOWN
 
 
-def _effective_kv(arm: Arm, rep: Any) -> str | None:
+def _effective_kv(arm: Arm, rep: LogReport | None) -> str | None:
     """The KV dtype the engine stored, from its log: 'auto' resolves to the log's activation dtype."""
     if rep is None:
         return None
-    kv, dtype = getattr(rep, "kv_cache_dtype", None), getattr(rep, "dtype", None)
+    kv, dtype = rep.kv_cache_dtype, rep.dtype
     if kv and kv != "auto":
         return str(kv)
     return str(dtype) if kv == "auto" and dtype else None

@@ -87,3 +87,21 @@ def test_one_table_of_gguf_types() -> None:
     assert xllamacpp_server.KV_TYPES is arms.GGUF_KV_TYPES
     assert "bf16" not in arms.GGUF_ONLY_TYPES and "mxfp4" not in arms.GGUF_ONLY_TYPES  # also HF formats
     assert set(arms.GGUF_ONLY_TYPES) <= set(arms.WEIGHT_FORMATS)
+
+
+def test_one_default_util() -> None:
+    import inspect
+
+    from quantrack import capacity
+    from quantrack.engines import DEFAULT_UTIL
+    from quantrack.study import GpuSpec
+
+    assert get_adapter("vllm").default_util == DEFAULT_UTIL == GpuSpec().util
+    assert inspect.signature(capacity.plan).parameters["util"].default == DEFAULT_UTIL
+    literal = re.compile(r"(?<![\d.])0\.92(?!\d)")
+    hits = [f"{p.relative_to(PKG)}:{no}" for p in sorted(PKG.rglob("*.py"))
+            for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if literal.search(line.split("#", 1)[0])]
+    assert hits == ["engines/__init__.py:" + str(next(
+        no for no, line in enumerate((PKG / "engines" / "__init__.py").read_text().splitlines(), 1)
+        if line.startswith("DEFAULT_UTIL =")))]
