@@ -94,18 +94,21 @@ def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any],
         if keep is not None and intr.partial is not None:
             keep(intr.partial)
         raise intr from None
-    except StepError as exc:
-        raise StepError(f"{name}: {exc}") from None
-    except ImportError as exc:
-        raise StepError(f"{name}: not available in this quantrack ({exc})") from None
-    except QuantrackError as exc:
-        raise StepError(f"{name}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - an engine or network failure fails the arm, not the study
-        raise StepError(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        outcome.step = None  # the StepError names the step; an optional step's failure leaves no step open
+        raise _step_error(name, exc) from None
     outcome.step = None
     outcome.steps.append(name)
     outcome.step_s[name] = round(time.perf_counter() - t0, 2)
     return value
+
+
+def _step_error(name: str, exc: Exception) -> StepError:
+    if isinstance(exc, (StepError, QuantrackError)):
+        return StepError(f"{name}: {exc}")
+    if isinstance(exc, ImportError):
+        return StepError(f"{name}: not available in this quantrack ({exc})")
+    return StepError(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
 def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[str, Any],
@@ -186,7 +189,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
         say(f"[{arm.name}] done in {time.perf_counter() - t_arm:.0f} s")
     except StepError as exc:
         out.status, out.error = STATUS_FAILED, str(exc)
-        out.failed_step = out.step or str(exc).split(":", 1)[0]
+        out.failed_step = str(exc).split(":", 1)[0]
         say(f"[{arm.name}] FAILED at {exc}")
     except KeyboardInterrupt as exc:
         intr = as_interrupted(exc)
