@@ -138,8 +138,8 @@ def _proc_stat() -> tuple[float, float, float]:
     return busy / hz, steal / hz, total / hz
 
 
-def _tree_cpu(pids: tuple[int, ...]) -> float:
-    """CPU seconds (user + system, children reaped included) of the processes and their descendants."""
+def _tree_cpu(pids: tuple[int, ...], children: bool = True) -> float:
+    """CPU seconds (user + system) of the processes, and of their descendants when ``children``."""
     import psutil  # type: ignore[import-untyped]
 
     seen: set[int] = set()
@@ -147,7 +147,7 @@ def _tree_cpu(pids: tuple[int, ...]) -> float:
     for pid in pids:
         try:
             root = psutil.Process(pid)
-            procs = [root, *root.children(recursive=True)]
+            procs = [root, *root.children(recursive=True)] if children else [root]
         except psutil.Error:
             continue
         for p in procs:
@@ -162,13 +162,16 @@ def _tree_cpu(pids: tuple[int, ...]) -> float:
     return total
 
 
-def read_cpu(watched: tuple[int, ...]) -> CpuTimes:
+def read_cpu(engine_pid: int | None) -> CpuTimes:
+    """One reading; 'watched' is quantrack's own process (not its children: other servers it started, such as a
+    KL baseline, compete like any other process) plus the engine's whole process tree."""
     busy, steal, total = _proc_stat()
-    return CpuTimes(wall=time.monotonic(), busy=busy, steal=steal, total=total, watched=_tree_cpu(watched),
+    watched = _tree_cpu((os.getpid(),), children=False) + (_tree_cpu((engine_pid,)) if engine_pid else 0.0)
+    return CpuTimes(wall=time.monotonic(), busy=busy, steal=steal, total=total, watched=watched,
                     load1=os.getloadavg()[0])
 
 
-def summarize_cpu(step: str, samples: list[CpuTimes], engine_pids: tuple[int, ...] = (), cores: int | None = None,
+def summarize_cpu(step: str, samples: list[CpuTimes], cores: int | None = None,
                   engine_cpu: tuple[float, float] | None = None, limits: Limits | None = None) -> Hygiene:
     """Pure: the step's hygiene from its first and last CPU readings (and every load average between).
 
@@ -238,12 +241,9 @@ class Sampler:
         self._nvml = False
         self.result: Hygiene | None = None
 
-    def _watched(self) -> tuple[int, ...]:
-        return (os.getpid(),) + ((self.engine_pid,) if self.engine_pid else ())
-
     def _sample_once(self) -> None:
         try:
-            self._samples.append(read_cpu(self._watched()))
+            self._samples.append(read_cpu(self.engine_pid))
             if self.engine_pid:
                 self._engine.append(_tree_cpu((self.engine_pid,)))
         except (OSError, ValueError) as exc:
