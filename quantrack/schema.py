@@ -307,13 +307,13 @@ def build(cls: type, table: Any, where: str, *, skip: Iterable[str] = ()) -> Any
     return kwargs
 
 
-def help_text(cls: type, name: str) -> str:
-    """The field's help followed by its range, for ``--help``: 'Requests per level. [integer ≥ 0]'."""
+def help_text(cls: type, name: str, text: str | None = None) -> str:
+    """The field's help (or ``text``) followed by its range, for ``--help``: 'Requests per level. [integer ≥ 0]'."""
     kind, check, _ = fields_of(cls)[name]
     rng = range_text(check, kind.item or kind.base)
     what = {"int": "integer", "float": "number"}.get(kind.item or kind.base)
     tail = f" [{what} {rng}]" if rng and what else ""
-    return (check.help + tail).strip()
+    return ((check.help if text is None else text) + tail).strip()
 
 
 __all__ = ["Check", "Kind", "build", "check_value", "convert", "describe", "fields_of", "flag_of", "help_text",
