@@ -73,7 +73,7 @@ def setting_option(cls: type, field: str, *aliases: str, name: str | None = None
     if value is dataclasses.MISSING:
         value = None
     text = help_text(cls, field, help)
-    decls = [flag, *aliases, *([name] if name else [])]
+    decls = [flag, *aliases, name or field]  # the Python name: the field's, unless the command names it
     if kind.base == "bool":
         return click.option(*decls, is_flag=True, default=bool(value), help=text, **kwargs)
     if isinstance(value, tuple):
