@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
@@ -33,7 +34,7 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
     from quantrack.accuracy.texts import load_texts
 
     texts = load_texts(texts_path) if texts_path else None
-    tty = click.get_text_stream("stderr").isatty()
+    tty = sys.stderr.isatty()
     result = run_kl(baseline, candidate, engine, texts=texts, tokens=tokens, top_k=top_k,
                     progress=lambda msg: click.echo(f"\r{msg}" if tty else msg, err=True, nl=not tty),
                     texts_label=texts_path)
