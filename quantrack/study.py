@@ -190,9 +190,14 @@ def load_study(path: str | Path) -> Study:
 def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
     """Validate a parsed study (every table, key, type and range; then the cross-field rules) and build it."""
     try:
-        return _study(data, source)
+        study = _study(data, source)
     except BadInput as exc:
         raise BadInput(f"study file {source!r}: {exc}") from None
+    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet: checked now, not when a fleet starts
+        from quantrack.fleet import parse_fleet
+
+        parse_fleet(study)  # its messages name the file themselves
+    return study
 
 
 def _study(data: dict[str, Any], source: str) -> Study:

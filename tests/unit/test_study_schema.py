@@ -139,3 +139,11 @@ def test_every_setting_has_help_and_a_checkable_type() -> None:
         for name, (kind, check, _default) in fields_of(cls).items():
             assert check.help, f"{cls.__name__}.{name} has no help"
             assert kind.base in ("int", "float", "bool", "str", "list", "table", "dict")
+
+
+def test_fleet_table_is_checked_at_load(tmp_path: Path) -> None:
+    """[fleet] belongs to quantrack.fleet, but it is validated when the study is read, not when a fleet starts."""
+    p = write(tmp_path, arm_keys="[fleet]\nmax_retries = -1")
+    with pytest.raises(BadInput) as exc:
+        load_study(p)
+    assert str(exc.value) == f"study file '{p}': [fleet] max_retries must be an integer in 0..20, got -1"
