@@ -115,7 +115,9 @@ def fields_of(cls: type) -> dict[str, tuple[Kind, Check, Any]]:
         check = f.metadata.get(_META)
         if check is None:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else dataclasses.MISSING
+        default = f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
         out[f.name] = (kind_of(hints[f.name]), check, default)
     _CACHE[cls] = out
     return out
@@ -316,5 +318,23 @@ def help_text(cls: type, name: str, text: str | None = None) -> str:
     return ((check.help if text is None else text) + tail).strip()
 
 
+def markdown_rows(cls: type, prefix: str = "", rename: Mapping[str, str] | None = None) -> list[str]:
+    """One Markdown table row per setting of ``cls``: key, what it accepts, default, flag, help."""
+    rows = []
+    for name, (kind, check, default) in fields_of(cls).items():
+        key = (rename or {}).get(name, prefix + name)
+        if default is dataclasses.MISSING:
+            shown_default = "required"
+        elif default is None:
+            shown_default = "none"
+        elif kind.base == "table":
+            shown_default = "{}"
+        else:
+            shown_default = shown(list(default) if isinstance(default, tuple) else default)
+        flag = f"`{check.flag}`" if check.flag else ""
+        rows.append(f"| `{key}` | {describe(kind, check)} | {shown_default} | {flag} | {check.help} |")
+    return rows
+
+
 __all__ = ["Check", "Kind", "build", "check_value", "convert", "describe", "fields_of", "flag_of", "help_text",
-           "kind_of", "parse_text", "setting", "settings", "shown"]
+           "kind_of", "markdown_rows", "parse_text", "setting", "settings", "shown"]

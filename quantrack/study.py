@@ -110,7 +110,8 @@ class EvalSpec:
     style: str = setting(default="vllm", help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
                          choices=STYLES)
     # [eval] kl = { tokens, top_k, arms, baseline_util }; tokens absent = no KL fidelity run
-    kl_tokens: int = setting(default=0, help="Stop after this many scored positions.", ge=1, flag="--tokens")
+    kl_tokens: int = setting(default=0, help="Scored positions per arm (absent: no KL run; 0 is not a value).",
+                             ge=1, flag="--tokens")
     kl_top_k: int = setting(default=DEFAULT_TOP_K, help="Log-probabilities per position and side (vLLM allows at most 20).",
                             ge=1, le=MAX_TOP_K, flag="--top-k")
     kl_arms: tuple[str, ...] = setting(default=(), help="Arms scored against the baseline; none = every non-baseline arm.",
@@ -269,3 +270,30 @@ def _eval_table(table: dict[str, Any]) -> dict[str, Any]:
             raise BadInput(f"[eval] {name} given twice (also in the kl table as {key})")
         kwargs[name] = convert(EvalSpec, name, value, f"[eval] kl.{key}")
     return kwargs
+
+
+def reference_markdown() -> str:
+    """Every study key, generated from the schema (docs/study-reference.md is this text; a test keeps them equal)."""
+    from quantrack.arms import ArmTable
+    from quantrack.schema import markdown_rows
+
+    head = "| key | accepts | default | flag | meaning |\n|---|---|---|---|---|"
+    kl = {v: f"kl.{k}" for k, v in _KL_KEYS.items()}
+    parts = ["# Study file reference", "",
+             ("Generated from `quantrack/study.py` and `quantrack/arms.py` (`python -m quantrack.study`); each "
+             "key is validated when the study is read, with the same rule as its command-line flag where a command "
+             "has one (`serve`, `preflight`, `latency`, `sweep`, `eval`: `--<key>` with dashes, or the spelling in "
+             "the `flag` column). `[eval] kl` is a table "
+             "`kl = { tokens, top_k, arms, baseline_util }` (or flat `kl_*` keys); `[fleet]` is described in "
+             "docs/fleet.md."), "",
+             "## Top level", "", head, *markdown_rows(Study),
+             "| `baseline` | the name of an arm | the arm flagged `baseline`, else the first | | The baseline arm. |",
+             ""]
+    for key, cls in _SECTIONS.items():
+        parts += [f"## [{key}]", "", head, *markdown_rows(cls, rename=kl if cls is EvalSpec else None), ""]
+    parts += ["## [[arms]]", "", head, *markdown_rows(ArmTable), ""]
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -18,7 +18,7 @@ from quantrack.study import EngineSpec, EvalSpec
 @setting_option(EngineSpec, "kind", name="engine", help="Engine both servers run (their logprob APIs differ).")
 @click.option("--texts", "texts_path", type=click.Path(dir_okay=False), default=None,
               help='JSONL of {"prompt", "continuation"}; default: GSM8K test questions + reference answers.')
-@setting_option(EvalSpec, "kl_tokens", name="tokens", default=2000)
+@setting_option(EvalSpec, "kl_tokens", name="tokens", default=2000, help="Stop after this many scored positions.")
 @setting_option(EvalSpec, "kl_top_k", name="top_k")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON result here.")

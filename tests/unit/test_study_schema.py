@@ -147,3 +147,11 @@ def test_fleet_table_is_checked_at_load(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as exc:
         load_study(p)
     assert str(exc.value) == f"study file '{p}': [fleet] max_retries must be an integer in 0..20, got -1"
+
+
+def test_study_reference_doc_is_generated_from_the_schema() -> None:
+    """docs/study-reference.md is `python -m quantrack.study`: regenerate it after changing a setting."""
+    from quantrack.study import reference_markdown
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "study-reference.md"
+    assert doc.read_text(encoding="utf-8") == reference_markdown()
