@@ -14,9 +14,9 @@ Why dataclasses and not pydantic: the study objects are frozen dataclasses that 
 and the fleet code copy with ``dataclasses.replace`` (a pydantic model does not support it), TOML
 values arrive already typed (so pydantic's coercions would have to be switched off field by field
 with strict mode), the messages must be quantrack's one-line form rather than pydantic's
-multi-line report, and start-up stays light (``from pydantic import BaseModel`` took 58-73 ms on the
-2-core dev machine, ``import quantrack.schema`` 10-18 ms including the package itself; measured with
-``python -c "import time; t=time.perf_counter(); import X; print(time.perf_counter()-t)"``). What the
+multi-line report, and start-up stays light (``bench/study_load.py``, docs/benchmarks.md: importing
+``pydantic.BaseModel`` took 98 ms (min of 15) against 27 ms for ``quantrack.schema`` with the package, on the
+loaded 2-core dev machine). What the
 module does is small: map a type hint to a check, and a range to a sentence.
 """
 
