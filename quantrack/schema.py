@@ -11,7 +11,7 @@ metadata gives the range and the help. The same definition
   message (``--port: expected an integer in 0..65535, got 70000``).
 
 Why dataclasses and not pydantic: the study objects are frozen dataclasses that the runner, preflight
-and the fleet code copy with ``dataclasses.replace`` (a pydantic model does not support it), TOML
+and the fleet code copy with ``dataclasses.replace`` (a pydantic ``BaseModel`` does not support it), TOML
 values arrive already typed (so pydantic's coercions would have to be switched off field by field
 with strict mode), the messages must be quantrack's one-line form rather than pydantic's
 multi-line report, and start-up stays light (``bench/study_load.py``, docs/benchmarks.md: importing
