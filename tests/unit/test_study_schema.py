@@ -120,17 +120,27 @@ def test_unknown_engine_names_the_choices(tmp_path: Path) -> None:
         load_study(write(tmp_path, engine="vlm"))
 
 
-@pytest.mark.parametrize("cmd", [["preflight", "--gpu", "H100", "--study"], ["export", "skypilot"]])
+@pytest.mark.parametrize("cmd", [
+    ["preflight", "--gpu", "H100", "--study", "{study}"],
+    ["export", "skypilot", "{study}", "--out", "out"],
+    ["run", "{study}"],
+    ["serve", "{study}", "--arm", "bf16", "--dry-run"],
+    ["log", "--study", "{study}", "--arm", "bf16"],
+], ids=lambda c: c[0])
 def test_commands_refuse_a_bad_study_before_starting(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                      cmd: list[str]) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch, cmd: list[str]) -> None:
     """`[eval] task = "mmlu"` used to pass preflight and be logged as eval_task=mmlu after measuring GSM8K."""
-    p = write(tmp_path, eval_keys='task = "mmlu"')
+    (tmp_path / "in").mkdir()
+    p = write(tmp_path / "in", eval_keys='task = "mmlu"')
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     with pytest.raises(SystemExit) as exc:
-        main([*cmd, str(p), *(["--out", str(tmp_path / "out")] if cmd[0] == "export" else [])])
+        main([a.replace("{study}", str(p)) for a in cmd])
     err = capsys.readouterr().err
     assert exc.value.code == 2
     assert err == f"quantrack: error: study file '{p}': [eval] task: expected one of gsm8k, got \"mmlu\"\n"
-    assert not (tmp_path / "out").exists()
+    assert list(work.iterdir()) == []  # nothing created: no store, no spool, no export
 
 
 def test_every_setting_has_help_and_a_checkable_type() -> None:
