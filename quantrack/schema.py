@@ -284,6 +284,11 @@ def parse_text(cls: type, name: str, text: str, where: str | None = None) -> Any
                 values.append(text if kind.base != "list" else part)
         except (ValueError, KeyError):
             raise BadInput(f"{flag}: expected {describe(kind, check)}, got {shown(text)}") from None
+    if kind.base in ("int", "float"):
+        try:
+            return check_value(kind, check, values[0], flag)
+        except BadInput:  # say it as typed: "got -5", not the parsed "-5.0"
+            raise BadInput(f"{flag}: expected {describe(kind, check)}, got {text.strip()}") from None
     return check_value(kind, check, values if kind.base == "list" else values[0], flag)
 
 
