@@ -1,6 +1,6 @@
 """Time the streaming log parser on a big log built by repeating a real one.
 
-    python bench/parse_big_log.py [--log ../shared/data/vllm-h200/vllm-0.25.0-fp8marlin.log] [--mb 50] [--runs 3]
+    python bench/parse_big_log.py [--log tests/data/real/vllm-h200/vllm-0.25.0-fp8marlin.log] [--mb 50] [--runs 3]
 
 Writes the big log to a temp file, parses it with the engine's adapter (file read + parse,
 line by line), prints the best and median wall time over --runs and the figures found.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_LOG = REPO.parent / "shared" / "data" / "vllm-h200" / "vllm-0.25.0-fp8marlin.log"
+DEFAULT_LOG = REPO / "tests" / "data" / "real" / "vllm-h200" / "vllm-0.25.0-fp8marlin.log"
 
 
 def build(src: Path, target_mb: float, dst: Path) -> int:
