@@ -35,6 +35,13 @@ _SGLANG_PREFIX = re.compile(
 _LLAMACPP_PREFIX = re.compile(r"^(?P<ts>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[DIWEN]) ")
 
 _LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "N": "INFO"}
+# What other programs put in front of an engine's own prefix (seen in public logs, tests/data/public-logs):
+# docker compose "llama-1  | ", a "[47161] " process id, "vLLM STDOUT: " (unsloth), a "> " quote, "**" bold.
+_WRAPPER = re.compile(r"^(?:[\w.-]{1,40} +\| |\[\d{1,9}\] |vLLM STDOUT: |> |\*\*)+")
+# rank tags in process prefixes: vLLM "(VllmWorker TP1 pid=..)", "(Worker_TP3 pid=..)", "(Worker_PP6 ..)",
+# "(EngineCore_DP0 ..)"; SGLang "[date TP5]", "[date DP1 TP3]"
+_RANK = re.compile(r"(?:^|[_ ])(TP|PP|DP|EP)(\d{1,4})\b")
+RANK_LINES = 5000  # after this many rank-tagged lines every rank has printed its startup lines
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,13 @@ def strip_prefix(line: str) -> tuple[str, str | None, str | None]:
     if not line:
         return "", None, None
     c = line[0]
+    if c in "[>*vV" or " | " in line[:48]:
+        w = _WRAPPER.match(line)
+        if w and not _SGLANG_PREFIX.match(line):
+            line = line[w.end():]
+            if not line:
+                return "", None, None
+            c = line[0]
     if c == "(" or c in "DIWEC":
         m = _VLLM_PREFIX.match(line)
         if m:
@@ -261,6 +275,9 @@ class ReportBuilder:
         self._expected = tuple(expected)
         self._seen_events: set[tuple[str, str]] = set()
         self.lines_read = 0
+        self._ranks: dict[str, int] = {}
+        self.last_event_line = 0  # a generic "error" is not added for a line that already gave a specific event
+        self.rank_lines = 0
 
     def set(self, field_name: str, value: object, *, overwrite: bool = False) -> None:
         if value is None:
@@ -276,6 +293,7 @@ class ReportBuilder:
 
     def event(self, bucket: str, kind: str, line: Line) -> None:
         key = (kind, line.text.strip())
+        self.last_event_line = line.no
         if key in self._seen_events:
             return
         self._seen_events.add(key)
@@ -290,12 +308,28 @@ class ReportBuilder:
     def error(self, kind: str, line: Line) -> None:
         self.event("errors", kind, line)
 
+    def note_rank(self, line: Line) -> None:
+        """Record the parallel ranks a line's process prefix names (the highest of each kind wins)."""
+        if not line.rank:
+            return
+        self.rank_lines += 1
+        for kind, num in _RANK.findall(line.rank):
+            n = int(num)
+            if n >= self._ranks.get(kind, -1):
+                self._ranks[kind] = n
+
+    def ranks_done(self) -> bool:
+        return self.rank_lines >= RANK_LINES
+
     def has_event(self, kind: str) -> bool:
         return any(k == kind for k, _ in self._seen_events)
 
     def finish(self) -> LogReport:
         r = self.report
         r.extra.setdefault("lines_read", self.lines_read)
+        for kind, top in self._ranks.items():
+            # highest rank seen + 1: the size when every rank printed (a lower bound for an excerpt)
+            r.extra.setdefault(f"{kind.lower()}_size_seen", top + 1)
         r.not_found = [f for f in self._expected if getattr(r, f) is None]
         return r
 
