@@ -183,15 +183,17 @@ def establish_arm(report: LogReport) -> tuple[Arm | None, str]:
 
     quant = (report.quantization or "").strip().lower()
     kv_raw = (report.kv_cache_dtype or "auto").strip().lower()
+    weights: str
+    w: str | None
     if report.engine == "llamacpp":
-        weights = _GGUF_WEIGHTS.get(quant)
-        if weights is None:
+        w = _GGUF_WEIGHTS.get(quant)
+        if w is None:
             return None, (f"GGUF file type {report.quantization!r} is not one quantrack models" if quant else
                           "the log has no GGUF file type line (print_info: file type)")
         kv = kv_raw if "," not in kv_raw and kv_raw not in ("f16", "auto") else "auto"
         if "," in kv_raw:
             return None, f"K and V cache types differ ({report.kv_cache_dtype})"
-        return make_arm(f"{weights}-kv-{kv}" if kv != "auto" else weights, weights=weights, kv=kv, dtype="auto"), ""
+        return make_arm(f"{w}-kv-{kv}" if kv != "auto" else w, weights=w, kv=kv, dtype="auto"), ""
     if report.engine not in ("vllm", "sglang"):
         return None, "the engine is not established"
     if not quant:
@@ -202,10 +204,9 @@ def establish_arm(report: LogReport) -> tuple[Arm | None, str]:
         if report.engine == "sglang" and not report.extra.get("quant_from_load_line"):
             return None, ("SGLang's quantization=None is printed for a pre-quantized checkpoint too, and the dtype= "
                           "of its load line is the activation dtype: the weights' format is not in the log")
-        dtype = report.dtype
-        if dtype not in ("bf16", "fp16", "fp32"):
+        if report.dtype not in ("bf16", "fp16", "fp32"):
             return None, "unquantized, but the log names no model dtype"
-        weights = dtype
+        weights = str(report.dtype)
     else:
         w = _VLLM_WEIGHTS.get(quant)
         if w is None and quant == "compressed-tensors":
@@ -213,16 +214,15 @@ def establish_arm(report: LogReport) -> tuple[Arm | None, str]:
             w = "fp8" if "fp8" in kern else "nvfp4" if "fp4" in kern else "int8" if "int8" in kern else None
             if w is None:
                 return None, "compressed-tensors checkpoint: its scheme (FP8, INT8, W4A16, NVFP4) is not in the log"
-        if w is None:
+        if not w:
             return None, (f"quantization {report.quantization!r}: its bit width is not in the log" if quant.startswith(
                 "gptq") else f"quantization {report.quantization!r} is not one quantrack models")
         weights = w
     act = report.extra.get("activation_dtype") or report.dtype or "bf16"
-    kv = _KV_WORDS.get(kv_raw)
-    if kv is None:
+    kv_word = _KV_WORDS.get(kv_raw)
+    if kv_word is None:
         return None, f"KV-cache dtype {report.kv_cache_dtype!r} is not one quantrack models"
-    if kv in ("bf16", "fp16", "fp32") and kv == act:
-        kv = "auto"
+    kv = "auto" if kv_word in ("bf16", "fp16", "fp32") and kv_word == act else kv_word
     quantization = None if quant == "none" else quant
     return make_arm(None, weights=weights, kv=kv, quantization=quantization), ""
 
@@ -284,6 +284,8 @@ def _unmodelled(report: LogReport, shape: Any, dp: int) -> str | None:
         return "the log shows an MLA cache (latent KV), which the capacity model does not cover"
     moe = any("expert" in u.lower() for u in getattr(shape, "unsupported", ())) or bool(
         getattr(shape, "extra", {}).get("num_experts"))
+    if ex.get("enable_dp_attention"):
+        return "SGLang's DP attention (enable_dp_attention=True) is not modelled"
     if dp > 1 and moe:
         return f"MoE with data parallelism (dp {dp}: DP attention / expert parallel) is not modelled"
     return None
@@ -379,6 +381,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
         util = report.extra.get("gpu_memory_utilization") or report.extra.get("mem_fraction_static")
     tp_n = sizes["tp"]
     rows: list[dict[str, Any]] = []
+    pred: dict[str, Any]
 
     def row(figure: str, scope: str, predicted: Any, logged: Any, unit: str) -> None:
         rows.append({"figure": figure, "scope": scope, "unit": unit, "predicted": predicted, "log": logged,

@@ -77,6 +77,8 @@ MARKERS: tuple[Marker, ...] = (
            "vllm-qwen295-maxlen-error.log ('Try increasing `gpu_memory_utilization`')"),
     Marker("vllm", "vLLM AWQ/GPTQ forcing", r"Detected that the model can run with (?:awq|gptq)_marlin, however you specified", 4,
            "vllm-20112-awq-forced.log"),
+    Marker("vllm", "vLLM CUDA-graph progress bar", r"Capturing CUDA graphs \((?:PIECEWISE|FULL|mixed prefill-decode|decode)", 3,
+           "tests/data/logs/h200-util045/vllm-0.25.0-bf16.log (vLLM 0.25 tqdm bar)"),
     # shared with SGLang, which prints the same Marlin text: a weak hint for both
     Marker("vllm", "Marlin FP8 fallback text", r"does not have native support for FP8 computation", 1, "engine-facts §2.1"),
     # --- SGLang ----------------------------------------------------------------------------------------------
@@ -88,10 +90,12 @@ MARKERS: tuple[Marker, ...] = (
     Marker("sglang", "SGLang KV pool", r"KV Cache is allocated\.|Memory pool end\.|Mamba Cache is allocated\.", 6,
            "sglang@v0.5.23:python/sglang/srt/mem_cache/memory_pool.py:L2088"),
     Marker("sglang", "SGLang weight load", r"Load weight (?:begin|end)\.", 6, "sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373"),
-    Marker("sglang", "SGLang init lines", r"Init torch distributed (?:begin|ends)|Capture (?:cuda|CUDA) graph (?:begin|end)|"
+    Marker("sglang", "SGLang init lines", r"Init torch distributed (?:begin|ends)|Capture (?:[\w ]+ )?(?:cuda|CUDA) graph (?:begin|end)|"
            r"Using KV cache dtype: |Scheduler hit an exception", 4, "sglang-11716-..., sglang-ktransformers1870-..."),
     Marker("sglang", "SGLang name", r"\bsglang\b|\bSGLang\b|--mem-fraction-static|\bmem_fraction_static\b|--allow-auto-truncate", 4,
            "sglang-4048-tp8-input-too-long.log ('--allow-auto-truncate')"),
+    Marker("sglang", "SGLang CUDA-graph progress bar", r"Capturing (?:num tokens \(num_tokens=|batches \(bs=)\d+ avail_mem=", 3,
+           "tests/data/logs/h200-util045/sglang-0.5.16-bf16.log (SGLang 0.5.16 tqdm bar)"),
     Marker("sglang", "Marlin FP8 fallback text", r"does not have native support for FP8 computation", 1, "engine-facts §2.1"),
     # --- llama.cpp (and forks that keep its lines: ik_llama.cpp, llama-cpp-python, lemonade builds) ------------
     Marker("llamacpp", "llama.cpp loader", r"\bllama_model_loader: ", 6, "llama.cpp@0c1e57098:src/llama-model-loader.cpp:L825"),

@@ -66,7 +66,7 @@ _ONLINE = re.compile(r"Online (\S+) quantization: quantized (\d+) layers")
 _GRAPH_END = re.compile(r"Capture (?:([\w ]+?) )?(?:cuda|CUDA) graph end\..*?mem usage=([\d.]+) GB")
 _SERVER_ARGS = {k: re.compile(rf"\b{k}=('[^']*'|None|[\w.]+)") for k in
                 ("quantization", "kv_cache_dtype", "dtype", "attention_backend", "tp_size", "mem_fraction_static",
-                 "context_length", "model_path")}
+                 "context_length", "model_path", "dp_size", "pp_size", "enable_dp_attention")}
 _ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (\S+) backend by default")
 _ATTN_MODEL = re.compile(r"Using (\S+) as attention backend")
 _MIN_CAP = re.compile(r"is not supported for the current GPU\. Minimum capability: (\d+)\. Current capability: (\d+)")
@@ -95,8 +95,11 @@ def _server_args(b: ReportBuilder, ln: Line) -> None:
         b.extra("dtype_arg", vals["dtype"])
     if vals.get("attention_backend") not in (None, "None"):
         b.set("attention_backend", vals["attention_backend"])
-    if "tp_size" in vals:
-        b.extra("tp_size", parse_int(vals["tp_size"]))
+    for key in ("tp_size", "dp_size", "pp_size"):
+        if key in vals:
+            b.extra(key, parse_int(vals[key]))
+    if vals.get("enable_dp_attention") == "True":
+        b.extra("enable_dp_attention", True)
     if "mem_fraction_static" in vals:
         b.extra("mem_fraction_static", parse_float(vals["mem_fraction_static"]))
     if vals.get("context_length") not in (None, "None"):
@@ -195,6 +198,19 @@ def _mamba(b: ReportBuilder, ln: Line) -> None:
     b.extra("mamba_cache", True)
 
 
+# a launch command pasted into the log: "python -m sglang.launch_server ... --tp 4" (server_args.py flag names)
+_CMD_SIZES = {"tp_size": re.compile(r"--(?:tp|tp-size|tensor-parallel-size)[ =](\d+)"),
+              "dp_size": re.compile(r"--(?:dp|dp-size|data-parallel-size)[ =](\d+)"),
+              "pp_size": re.compile(r"--(?:pp|pp-size|pipeline-parallel-size)[ =](\d+)")}
+
+
+def _command_line(b: ReportBuilder, ln: Line) -> None:
+    for key, rx in _CMD_SIZES.items():
+        m = rx.search(ln.text)
+        if m:
+            b.extra(key, int(m.group(1)))
+
+
 def _rank(b: ReportBuilder, ln: Line) -> None:
     b.note_rank(ln)
 
@@ -241,6 +257,7 @@ RULES: list[RuleSpec] = [
     ("exceeds the maximum allowed length", _too_long, done_when("max_req_input_len")),
     ("Mamba Cache is allocated", _mamba, done_when("mamba_cache")),
     (" TP", _rank, lambda b: b.ranks_done()),
+    ("sglang.launch_server", _command_line, done_when("tp_size")),
     ("Scheduler hit an exception", _simple("error", "errors")),
     ("Load weight end.", _load_end, done_when("weights_gib")),
     ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),

@@ -320,6 +320,20 @@ def _world(b: ReportBuilder, ln: Line) -> None:
         b.extra("world_size", int(m.group(2)))
 
 
+# a command line pasted into the log: "$ vllm serve meta-llama/Meta-Llama-3-8B -tp 2" (github.com/vllm-project/vllm/pull/10511)
+_CMD_SIZES = {"tensor_parallel_size": re.compile(r"(?:\s-tp|--tensor[-_]parallel[-_]size)[ =](\d+)"),
+              "pipeline_parallel_size": re.compile(r"(?:\s-pp|--pipeline[-_]parallel[-_]size)[ =](\d+)"),
+              "data_parallel_size": re.compile(r"(?:\s-dp|--data[-_]parallel[-_]size)[ =](\d+)")}
+
+
+def _command_line(b: ReportBuilder, ln: Line) -> None:
+    for key, rx in _CMD_SIZES.items():
+        m = rx.search(ln.text)
+        if m:
+            b.extra(key, int(m.group(1)))
+            b.extra(f"{key}_source", "the vllm serve command line in the log")
+
+
 def _rank(b: ReportBuilder, ln: Line) -> None:
     b.note_rank(ln)
 
@@ -379,6 +393,7 @@ RULES: list[RuleSpec] = [
     ("CUDA blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
     ("cuda blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
     ("in world size", _world, done_when("world_size")),
+    ("vllm serve ", _command_line, done_when("tensor_parallel_size")),
     ("_TP", _rank, lambda b: b.ranks_done()),
     ("VllmWorker TP", _rank, lambda b: b.ranks_done()),
     ("_PP", _rank, lambda b: b.ranks_done()),
