@@ -247,7 +247,7 @@ def parallel_from_report(report: LogReport) -> dict[str, dict[str, Any]]:
                       ("dp", ("data_parallel_size", "dp_size"))):
         for key in keys:
             if isinstance(ex.get(key), int) and ex[key] > 0:
-                out[dim] = {"size": ex[key], "source": f"{key} in the log"}
+                out[dim] = {"size": ex[key], "source": ex.get(f"{key}_source") or f"{key} in the log"}
                 break
         else:
             seen = ex.get(f"{dim}_size_seen")
@@ -350,8 +350,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     if report.engine == "llamacpp":
         sizes["tp"], sizes["pp"], sizes["dp"] = 1, 1, 1
     if sizes["pp"] > 1:
-        raise BadInput(f"pipeline parallelism (pp {sizes['pp']}) is not modelled: the layer split per stage is not "
-                       "in the capacity model")
+        raise BadInput(f"pipeline parallelism (pp {sizes['pp']}: {layout_basis['pp']}) is not modelled: the layer "
+                       "split per stage is not in the capacity model")
     why_not = _unmodelled(report, shape, sizes["dp"])
     if why_not:
         raise BadInput(f"cannot reconcile {Path(path).name}: {why_not}")
@@ -394,8 +394,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
         n_slots = slots or report.extra.get("n_slots") or report.extra.get("kv_streams") or 1
         slot_basis = ("--slots" if slots else "the log's slot count" if report.extra.get("n_slots")
                       else "the log's KV streams" if report.extra.get("kv_streams") else "assumed 1 (pass --slots)")
-        per_slot = report.max_concurrency_context or (int(ctx) // int(n_slots) if ctx else None)
-        n_ctx = report.extra.get("n_ctx") or (int(per_slot) * int(n_slots) if per_slot else ctx)
+        per_slot = report.max_concurrency_context
+        n_ctx = context_len or report.extra.get("n_ctx") or (int(per_slot) * int(n_slots) if per_slot else ctx)
         unified = str(report.extra.get("kv_unified", "")).strip("'\"").lower() in ("true", "1")
         pe = predict_engine(shape, 1.0, arm, "llamacpp", context_len=n_ctx, n_parallel=int(n_slots),
                             kv_unified=unified)
