@@ -443,6 +443,10 @@ def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSo
         block = r.extra.get("block_size") or 16  # vLLM's CUDA default block size
         r.kv_cache_tokens = int(r.extra["num_gpu_blocks"]) * int(block)
         r.extra["derived"] = {"kv_cache_tokens": f"num_gpu_blocks x block_size ({block})"}
+    if r.kv_cache_tokens is None and r.extra.get("kv_tokens_limit"):
+        # V0's error "the maximum number of tokens that can be stored in KV cache (N)": N = blocks x block size
+        r.kv_cache_tokens = int(r.extra["kv_tokens_limit"])
+        r.extra.setdefault("derived", {})["kv_cache_tokens"] = "the max-model-len error's KV token figure"
     if r.max_concurrency_context is None and r.extra.get("max_model_len") and r.max_concurrency is not None:
         r.max_concurrency_context = r.extra["max_model_len"]
     return b.finish()
