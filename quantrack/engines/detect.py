@@ -48,7 +48,7 @@ MARKERS: tuple[Marker, ...] = (
            r"gpu_executor|ray_distributed_executor|async_llm_engine|enc_dec_model_runner|cuda_communicator|"
            r"default_loader|backends|monitor|core_client|api_server|arg_utils|parallel_state)\.py:\d+\]", 3,
            "vllm-13882-..., vllm-12126-..., vllm-sglang12887-marlin-fp8-line.log (tests/data/public-logs)"),
-    Marker("vllm", "vLLM process prefix", r"\((?:VllmWorker(?:Process)?(?: TP\d+)?|EngineCore(?:_DP\d+)?|APIServer|"
+    Marker("vllm", "vLLM process prefix", r"\((?:VllmWorker(?:Process)?(?: TP\d+| rank=\d+)?|EngineCore(?:_DP\d+)?|APIServer|"
            r"Worker(?:_[TPD]P\d+)*|RayWorkerWrapper)(?: pid=\d+)", 4,
            "vllm-14447-..., vllm-32105-..., vllm-club3090-430-... (tests/data/public-logs)"),
     Marker("vllm", "vLLM engine banner", r"Initializing an? (?:V\d )?LLM engine", 8,

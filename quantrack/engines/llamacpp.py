@@ -93,7 +93,7 @@ _SLOT_LINE = re.compile(r"(?:slot +\w+: id +(\d+) \| task -?\d+ \| new slot,? n_
                         r"context: (\d+))")
 _ROCM_DEV = re.compile(r"Device \d+: (.+?), (gfx\w+)")                                  # issue 18011 (HIP build)
 _BUILD_INFO = re.compile(r"build_info: (\S+)")                                          # real xllamacpp log
-_BUILD = re.compile(r"\bbuild(?::| =) (\d+ \([0-9a-f]+\))")  # "main: build = 1971 (1182cf4d)" (issue 5137)
+_BUILD = re.compile(r"\b(?:build(?::| =)|version:) (\d+ \([0-9a-f]+\))")  # "version: 5201 (85f36e5e)" (issue 13145)  # "main: build = 1971 (1182cf4d)" (issue 5137)
 _CUDA_DEV = re.compile(r"Device \d+: (.+?), compute capability (\d+\.\d+)")            # ggml-cuda.cu:L345
 _USING_DEV = re.compile(r"using device (\S+) \((.+?)\)")                                # llama.cpp:L306
 _CPU_DEV = re.compile(r"- CPU\s+: (.+?) \(\d+ MiB")                                     # real xllamacpp log
@@ -290,6 +290,7 @@ RULES: list[RuleSpec] = [
     ("new slot", _slots, done_when("n_slots")),
     ("-> Slot ", _slots, done_when("n_slots")),
     ("build", _build, done_when("engine_version")),
+    ("version: ", _build, done_when("engine_version")),
     ("Device ", _device, _KV_DONE),
     ("- CPU ", _device, _KV_DONE),
     ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln)),

@@ -41,6 +41,7 @@ _WRAPPER = re.compile(r"^(?:[\w.-]{1,40} +\| |\[\d{1,9}\] |vLLM STDOUT: |> |\*\*
 # rank tags in process prefixes: vLLM "(VllmWorker TP1 pid=..)", "(Worker_TP3 pid=..)", "(Worker_PP6 ..)",
 # "(EngineCore_DP0 ..)"; SGLang "[date TP5]", "[date DP1 TP3]"
 _RANK = re.compile(r"(?:^|[_ ])(TP|PP|DP|EP)(\d{1,4})\b")
+_GLOBAL_RANK = re.compile(r"\brank=(\d{1,5})\b")  # "(VllmWorker rank=3 pid=..)" (vLLM 0.8/0.9 V1)
 RANK_LINES = 5000  # after this many rank-tagged lines every rank has printed its startup lines
 
 
@@ -313,7 +314,11 @@ class ReportBuilder:
         if not line.rank:
             return
         self.rank_lines += 1
-        for kind, num in _RANK.findall(line.rank):
+        found = _RANK.findall(line.rank)
+        g = _GLOBAL_RANK.search(line.rank)
+        if g:
+            found.append(("RANK", g.group(1)))
+        for kind, num in found:
             n = int(num)
             if n >= self._ranks.get(kind, -1):
                 self._ranks[kind] = n
@@ -329,7 +334,7 @@ class ReportBuilder:
         r.extra.setdefault("lines_read", self.lines_read)
         for kind, top in self._ranks.items():
             # highest rank seen + 1: the size when every rank printed (a lower bound for an excerpt)
-            r.extra.setdefault(f"{kind.lower()}_size_seen", top + 1)
+            r.extra.setdefault("ranks_seen" if kind == "RANK" else f"{kind.lower()}_size_seen", top + 1)
         r.not_found = [f for f in self._expected if getattr(r, f) is None]
         return r
 

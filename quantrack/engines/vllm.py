@@ -61,7 +61,8 @@ _ASCII_VERSION = re.compile(r"\bversion (\d+\.\d+\.\d+\S*)")  # real 0.25 banner
 _API_VERSION = re.compile(r"vLLM API server version (\S+)")
 # "Model loading took %s GiB memory and %.6f seconds" (v0.33), "Model loading took %.4f GiB and" (v0.11),
 # real 0.25: "Model loading took 14.96 GiB and 4.347068 seconds".
-_WEIGHTS_V1 = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and")
+# V0 0.8 printed "GB" here: "Model loading took 0.4678 GB and 114.953146 seconds" (github.com/SystemPanic/vllm-windows/issues/6)
+_WEIGHTS_V1 = re.compile(r"Model loading took ([\d.]+) Gi?B(?: memory)? and")
 # v0: "Loading model weights took 30.7098 GB" (github.com/vllm-project/vllm/issues/12664)
 _WEIGHTS_V0 = re.compile(r"Loading model weights took ([\d.]+) GB")
 # v0 memory-profiling table (github.com/vllm-project/vllm/pull/14447, /pull/10511)
@@ -73,7 +74,7 @@ _PROF_KV = re.compile(r"(?:the rest of the memory reserved for KV Cache is|avail
                       r"\s*(-?[\d.]+)\s*GiB")
 _PROF_TOTAL = re.compile(r"total_gpu_memory[=\s]+\(?([\d.]+)\s*GiB")
 _PROF_UTIL = re.compile(r"gpu_memory_utilization[=\s]+\(?([\d.]+)")
-_AVAIL_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+_AVAIL_KV = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")  # negative: the weights did not fit (issue 23278)
 # logger.info("non-default args: %s", non_default_args): a Python dict repr of the flags the user changed
 # (vllm 0.25.0: vllm/entrypoints/serve/utils/api_utils.py:L273; real line in tests/data/logs/h200-util045).
 _NON_DEFAULT = {k: re.compile(rf"'{k}': ([\d.]+)[,}}]") for k in
@@ -396,6 +397,7 @@ RULES: list[RuleSpec] = [
     ("vllm serve ", _command_line, done_when("tensor_parallel_size")),
     ("_TP", _rank, lambda b: b.ranks_done()),
     ("VllmWorker TP", _rank, lambda b: b.ranks_done()),
+    ("VllmWorker rank=", _rank, lambda b: b.ranks_done()),
     ("_PP", _rank, lambda b: b.ranks_done()),
     ("_DP", _rank, lambda b: b.ranks_done()),
     ("kv_cache_size=", _profiling, _KVG),
