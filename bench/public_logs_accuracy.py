@@ -94,8 +94,8 @@ def reconcile_table() -> list[str]:
     from quantrack.engines import reconcile
     from quantrack.errors import QuantrackError
 
-    out = ["| excerpt | settings passed (from the sidecar) | KV tokens: predicted / log, error | weights GiB per rank: "
-           "predicted / log, error | layout |", "|---|---|---|---|---|"]
+    out = [("| excerpt | settings passed (from the sidecar) | KV tokens: predicted / log, error | weights GiB per rank: "
+           "predicted / log, error | layout |"), "|---|---|---|---|---|"]
     for name, args in RECONCILE:
         opts: dict[str, str] = {}
         it = iter(args)
@@ -114,7 +114,7 @@ def reconcile_table() -> list[str]:
             continue
         rows = {(r["figure"], r["scope"].split(" ")[0]): r for r in res["rows"]}
 
-        def cell(key: tuple[str, str]) -> str:
+        def cell(key: tuple[str, str], rows: dict[tuple[str, str], dict] = rows) -> str:
             r = rows.get(key)
             if not r or r["log"] is None:
                 return f"{r['predicted'] if r else '-'} / not in the log"
