@@ -119,8 +119,10 @@ _KV_TOO_SMALL = re.compile(r"max seq len \((\d+)\),? \(?([\d.]+) GiB KV cache is
 _OOM = re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+) (GiB|MiB|KiB)\.? (?:\(?GPU (\d+)(?:;| has a total "
                   r"capac(?:i)?ty of) ([\d.]+) GiB)?")
 _UNIT = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024 / 1024}
+# lines of the profile run (V0 worker.profile_run / determine_num_available_blocks; V1 profile_run ->
+# _dummy_sampler_run with its dummy_metadata, github.com/vllm-project/vllm/issues/27508): an OOM after one is "profiling"
 _PROFILE_PHASE = ("Memory profiling", "profile_run", "determine_num_available_blocks", "determine_available_memory",
-                  "_initialize_kv_caches", "Starting profile run")
+                  "_initialize_kv_caches", "Starting profile run", "_dummy_sampler_run", "dummy_metadata")
 
 EXPECTED = (
     "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
