@@ -270,8 +270,8 @@ _KV_DONE = done_when("kv_mib")
 FALLBACK_RULES: list[RuleSpec] = [
     ("layers to GPU", _offload, done_when("offloaded_layers")),
     ("required fallback quantization", _fallback_q),
-    # ggml-cuda: "ggml_cuda_init: failed to initialize CUDA: %s" and common/arg: "warning: no usable GPU found,
-    # --gpu-layers option will be ignored" (llama.cpp@0c1e57098:ggml/src/ggml-cuda/ggml-cuda.cu, common/arg.cpp)
+    # CPU fallbacks: ggml-cuda's "%s: failed to initialize CUDA: %s" (printed by ggml_cuda_init), and "warning: no
+    # usable GPU found, --gpu-layers option will be ignored" as printed in llama.cpp's own CI logs (public code search)
     ("failed to initialize CUDA", lambda b, ln: b.fallback("cuda_init_failed_cpu", ln)),
     ("no usable GPU found", lambda b, ln: b.fallback("no_usable_gpu_cpu", ln)),
 ]
