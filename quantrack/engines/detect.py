@@ -257,11 +257,11 @@ def detect_text(text: str) -> Detection:
 
 
 def detect_file(path: str) -> Detection:
-    """Detection over a file's head, read in growing blocks (16 KiB, 64 KiB, ... up to ``MAX_DETECT_BYTES``)
+    """Detection over a file's head, read in growing blocks (8 KiB, 32 KiB, ... up to ``MAX_DETECT_BYTES``)
     until an engine is clear: most logs name their engine in the first lines. Bounded memory whatever the size."""
     sc = Scorer()
     carry = b""
-    read, size = 0, 16 * 1024
+    read, size = 0, 8 * 1024
     with open(path, "rb") as fh:
         while read < MAX_DETECT_BYTES:
             chunk = fh.read(size)
