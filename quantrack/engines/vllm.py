@@ -411,6 +411,7 @@ RULES: list[RuleSpec] = [
     ("backend", _attention, done_when("attention_backend")),
     ("data type to store kv cache", _kv_dtype),
     ("Bfloat16 is only supported", _bf16_error),
+    # "RuntimeError: GPUs with compute capability below 7.0 are not supported." (github.com/vllm-project/vllm/issues/1284)
     ("compute capability below 7.0 are not supported", _below_70),
     ("not supported for the current GPU", _min_cap),
     ("max seq len", _max_len),
@@ -423,6 +424,8 @@ RULES: list[RuleSpec] = [
     ("on startup is less than desired GPU memory utilization", _simple("insufficient_free_memory", "errors")),
     ("Unknown quantization method", _simple("unknown_quantization", "errors")),
     ("CUDA out of memory", _oom),
+    # V1: "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` ..."
+    # (github.com/vllm-project/vllm/issues/36861)
     ("No available memory for the cache blocks", _simple("no_kv_memory", "errors")),
     *[(k, _profiling_seen, done_when("_profiling_seen")) for k in _PROFILE_PHASE],
     ("ERROR", _generic_error),
