@@ -30,7 +30,7 @@ _VLLM_PREFIX = re.compile(
 )
 _VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[^)]{1,80})\)\s")
 _SGLANG_PREFIX = re.compile(
-    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?"
+    r"^\[(?P<ts>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?"
 )
 _LLAMACPP_PREFIX = re.compile(r"^(?P<ts>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[DIWEN]) ")
 
