@@ -144,6 +144,17 @@ Done = Callable[["ReportBuilder"], bool]
 RuleSpec = tuple[str, Handler] | tuple[str, Handler, Done]
 
 
+def startup_only(blocks: int = 2, *names: str) -> Done:
+    """A rule for lines printed at start-up only (command lines, rank layout, the profile run, start-up errors):
+    searched in the first ``blocks`` 4 MiB blocks of a file (or until ``names`` are filled), so a long serving log
+    does not pay for it on every block."""
+    filled = done_when(*names) if names else None
+
+    def check(b: ReportBuilder) -> bool:
+        return b.blocks >= blocks or (filled is not None and filled(b))
+    return check
+
+
 def done_when(*names: str) -> Done:
     """A rule is done once every named report field (or ``extra`` key) has a value."""
     def check(b: ReportBuilder) -> bool:
@@ -196,6 +207,7 @@ def _scan_file(path: str, builder: ReportBuilder, all_rules: Sequence[RuleSpec])
                 carry = block[end:]
             body = block[:end]
             rules = [r for r in rules if len(r) < 3 or not r[2](builder)]  # type: ignore[misc]
+            builder.blocks += 1
             keywords = sorted({r[0].encode() for r in rules})
             starts: set[int] = set()
             for kw in keywords:
@@ -279,6 +291,7 @@ class ReportBuilder:
         self._ranks: dict[str, int] = {}
         self.last_event_line = 0  # a generic "error" is not added for a line that already gave a specific event
         self.rank_lines = 0
+        self.blocks = 0  # 4 MiB blocks of a file scanned so far (0 for line-by-line sources)
 
     def set(self, field_name: str, value: object, *, overwrite: bool = False) -> None:
         if value is None:
@@ -324,7 +337,8 @@ class ReportBuilder:
                 self._ranks[kind] = n
 
     def ranks_done(self) -> bool:
-        return self.rank_lines >= RANK_LINES
+        """Every rank has printed (RANK_LINES rank-tagged lines), or the start-up blocks named no rank at all."""
+        return self.rank_lines >= RANK_LINES or (self.blocks >= 2 and self.rank_lines == 0)
 
     def has_event(self, kind: str) -> bool:
         return any(k == kind for k, _ in self._seen_events)

@@ -25,6 +25,7 @@ from quantrack.engines.logparse import (
     parse_float,
     parse_int,
     scan,
+    startup_only,
     torch_dtype_short,
 )
 from quantrack.engines.vllm import GGUF_TYPES, rulebook_flags
@@ -257,7 +258,7 @@ RULES: list[RuleSpec] = [
     ("exceeds the maximum allowed length", _too_long, done_when("max_req_input_len")),
     ("Mamba Cache is allocated", _mamba, done_when("mamba_cache")),
     (" TP", _rank, lambda b: b.ranks_done()),
-    ("sglang.launch_server", _command_line, done_when("tp_size")),
+    ("sglang.launch_server", _command_line, startup_only()),
     ("Scheduler hit an exception", _simple("error", "errors")),
     ("Load weight end.", _load_end, done_when("weights_gib")),
     ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),

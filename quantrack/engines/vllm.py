@@ -25,6 +25,7 @@ from quantrack.engines.logparse import (
     parse_float,
     parse_int,
     scan,
+    startup_only,
     torch_dtype_short,
 )
 from quantrack.errors import BadInput
@@ -263,6 +264,14 @@ def _device_fallback(b: ReportBuilder, ln: Line) -> None:
         b.fallback("bf16_to_fp16", ln)
 
 
+def _falling_back(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    if "Falling back to unoptimized" in t or "Falling back to Moe WNA16" in t:
+        b.fallback("layer_unoptimized_fallback", ln)
+    else:
+        _device_fallback(b, ln)
+
+
 def _bf16_error(b: ReportBuilder, ln: Line) -> None:
     m = _BF16_ERR.search(ln.text)
     if m:
@@ -366,9 +375,8 @@ FALLBACK_RULES: list[RuleSpec] = [
     ("does not have native support for FP8 computation", _simple("fp8_marlin", "fallbacks")),
     ("does not have native support for FP4 computation", _simple("fp4_marlin", "fallbacks")),
     ("explicitly, so forcing", _simple("awq_gptq_forced", "fallbacks")),
-    ("Falling back to unoptimized", _simple("layer_unoptimized_fallback", "fallbacks")),
-    ("Falling back to Moe WNA16", _simple("layer_unoptimized_fallback", "fallbacks")),
-    ("Falling back to", _device_fallback),
+    # one keyword for the three "Falling back to ..." lines (one block search instead of three)
+    ("Falling back to", _falling_back),
     # V0 selector: "Cannot use FlashAttention-2 backend for Volta and Turing GPUs." then "Using XFormers backend."
     # (tests/data/public-logs/vllm-jimw-v064-turing-opt125m-xformers.log)
     ("Cannot use FlashAttention-2 backend", _simple("attention_backend_fallback", "fallbacks")),
@@ -380,23 +388,23 @@ FALLBACK_RULES: list[RuleSpec] = [
 
 RULES: list[RuleSpec] = [
     ("LLM engine", _banner, done_when("engine_version", "dtype")),
-    ("non-default args:", _non_default_args),
+    ("non-default args:", _non_default_args, startup_only()),
     ("version ", _version, done_when("engine_version")),
     ("Model loading took", _weights, _W),
     ("Loading model weights took", _weights, _W),
     ("model weights take", _profiling, _W),
     ("reserved for KV Cache", _profiling, _KVG),
     ("available_kv_cache_memory", _profiling, _KVG),
-    ("total_gpu_memory", _profiling, done_when("total_gpu_memory_gib")),
-    ("gpu_memory_utilization ", _profiling, done_when("gpu_memory_utilization")),
+    ("total_gpu_memory", _profiling, startup_only(2, "total_gpu_memory_gib")),
+    ("gpu_memory_utilization ", _profiling, startup_only()),
     ("Available KV cache memory", _avail_kv, _KVG),
     ("KV cache size:", _kv_tokens, done_when("kv_cache_tokens", "max_concurrency")),
     ("Maximum concurrency for", _max_conc, done_when("max_concurrency")),
-    ("GPU blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
-    ("CUDA blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
-    ("cuda blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
-    ("in world size", _world, done_when("world_size")),
-    ("vllm serve ", _command_line, done_when("tensor_parallel_size")),
+    ("GPU blocks:", _gpu_blocks, startup_only(2, "num_gpu_blocks")),
+    ("CUDA blocks:", _gpu_blocks, startup_only(2, "num_gpu_blocks")),
+    ("cuda blocks:", _gpu_blocks, startup_only(2, "num_gpu_blocks")),
+    ("in world size", _world, startup_only()),
+    ("vllm serve ", _command_line, startup_only()),
     ("_TP", _rank, lambda b: b.ranks_done()),
     ("VllmWorker TP", _rank, lambda b: b.ranks_done()),
     ("VllmWorker rank=", _rank, lambda b: b.ranks_done()),
@@ -409,25 +417,26 @@ RULES: list[RuleSpec] = [
     ("LinearMethod", _kernel, _LK),
     (" GEMM", _kernel, _LK),
     ("backend", _attention, done_when("attention_backend")),
-    ("data type to store kv cache", _kv_dtype),
-    ("Bfloat16 is only supported", _bf16_error),
+    ("data type to store kv cache", _kv_dtype, startup_only()),
+    ("Bfloat16 is only supported", _bf16_error, startup_only()),
     # "RuntimeError: GPUs with compute capability below 7.0 are not supported." (github.com/vllm-project/vllm/issues/1284)
-    ("compute capability below 7.0 are not supported", _below_70),
-    ("not supported for the current GPU", _min_cap),
-    ("max seq len", _max_len),
+    ("compute capability below 7.0 are not supported", _below_70, startup_only()),
+    ("not supported for the current GPU", _min_cap, startup_only()),
+    ("max seq len", _max_len, startup_only()),
     *FALLBACK_RULES,
     # warnings (engine-facts §2.2, §2.3, §2.4)
     ("does not provide a q scaling factor", _simple("q_scale_missing", "warnings")),
-    ("is deprecated and will be removed", _simple("deprecated_quantization", "warnings")),
-    ("CUDA graph memory profiling is disabled", _simple("cudagraph_profiling_disabled", "warnings")),
+    ("is deprecated and will be removed", _simple("deprecated_quantization", "warnings"), startup_only()),
+    ("CUDA graph memory profiling is disabled", _simple("cudagraph_profiling_disabled", "warnings"), startup_only()),
     # errors
-    ("on startup is less than desired GPU memory utilization", _simple("insufficient_free_memory", "errors")),
-    ("Unknown quantization method", _simple("unknown_quantization", "errors")),
+    ("on startup is less than desired GPU memory utilization", _simple("insufficient_free_memory", "errors"),
+     startup_only()),
+    ("Unknown quantization method", _simple("unknown_quantization", "errors"), startup_only()),
     ("CUDA out of memory", _oom),
     # V1: "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` ..."
     # (github.com/vllm-project/vllm/issues/36861)
-    ("No available memory for the cache blocks", _simple("no_kv_memory", "errors")),
-    *[(k, _profiling_seen, done_when("_profiling_seen")) for k in _PROFILE_PHASE],
+    ("No available memory for the cache blocks", _simple("no_kv_memory", "errors"), startup_only()),
+    *[(k, _profiling_seen, startup_only()) for k in _PROFILE_PHASE],
     ("ERROR", _generic_error),
     ("CRITICAL", _generic_error),
 ]
