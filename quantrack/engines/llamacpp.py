@@ -26,6 +26,7 @@ from quantrack.engines.logparse import (
     parse_float,
     parse_int,
     scan,
+    startup_only,
 )
 from quantrack.errors import BadInput
 
@@ -268,12 +269,12 @@ def _errors(b: ReportBuilder, ln: Line) -> None:
 _KV_DONE = done_when("kv_mib")
 # Fallback and degraded-mode lines: looked for in every log, whatever engine was detected.
 FALLBACK_RULES: list[RuleSpec] = [
-    ("layers to GPU", _offload, done_when("offloaded_layers")),
+    ("layers to GPU", _offload, startup_only(2, "offloaded_layers")),  # printed while the tensors load
     ("required fallback quantization", _fallback_q),
     # CPU fallbacks: ggml-cuda's "%s: failed to initialize CUDA: %s" (printed by ggml_cuda_init), and "warning: no
     # usable GPU found, --gpu-layers option will be ignored" as printed in llama.cpp's own CI logs (public code search)
-    ("failed to initialize CUDA", lambda b, ln: b.fallback("cuda_init_failed_cpu", ln)),
-    ("no usable GPU found", lambda b, ln: b.fallback("no_usable_gpu_cpu", ln)),
+    ("failed to initialize CUDA", lambda b, ln: b.fallback("cuda_init_failed_cpu", ln), startup_only()),
+    ("no usable GPU found", lambda b, ln: b.fallback("no_usable_gpu_cpu", ln), startup_only()),
 ]
 RULES: list[RuleSpec] = [
     *FALLBACK_RULES,
@@ -293,10 +294,11 @@ RULES: list[RuleSpec] = [
     ("version: ", _build, done_when("engine_version")),
     ("Device ", _device, _KV_DONE),
     ("- CPU ", _device, _KV_DONE),
-    ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln)),
+    ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln),
+     startup_only()),
     ("error", _errors),
     ("failed", _errors),
-    ("Unsupported cache type", _errors),
+    ("Unsupported cache type", _errors, startup_only()),
     ("requires", _errors),
     (" E ", _errors),
 ]

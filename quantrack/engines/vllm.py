@@ -379,11 +379,11 @@ FALLBACK_RULES: list[RuleSpec] = [
     ("Falling back to", _falling_back),
     # V0 selector: "Cannot use FlashAttention-2 backend for Volta and Turing GPUs." then "Using XFormers backend."
     # (tests/data/public-logs/vllm-jimw-v064-turing-opt125m-xformers.log)
-    ("Cannot use FlashAttention-2 backend", _simple("attention_backend_fallback", "fallbacks")),
+    ("Cannot use FlashAttention-2 backend", _simple("attention_backend_fallback", "fallbacks"), startup_only()),
     # "--block-size %d precluded higher-priority backend(s) %s. Using %s instead" (vllm@4ba787ec9:vllm/platforms/cuda.py:L499)
-    ("precluded higher-priority backend", _simple("attention_backend_fallback", "fallbacks")),
-    ("Using KV cache scaling factor 1.0", _simple("kv_scale_uncalibrated", "warnings")),
-    ("Using uncalibrated q_scale", _simple("q_scale_uncalibrated", "warnings")),
+    ("precluded higher-priority backend", _simple("attention_backend_fallback", "fallbacks"), startup_only()),
+    ("Using KV cache scaling factor 1.0", _simple("kv_scale_uncalibrated", "warnings"), startup_only()),
+    ("Using uncalibrated q_scale", _simple("q_scale_uncalibrated", "warnings"), startup_only()),
 ]
 
 RULES: list[RuleSpec] = [
