@@ -76,7 +76,9 @@ def _shape(opts: dict[str, Any]) -> Any:
         raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/"
                        "--head-dim")
     if opts.get("model"):
-        return catalog.get_model(opts["model"])
+        from quantrack.hub import resolve_model
+
+        return resolve_model(opts["model"])  # a catalog name, or ORG/NAME[@REV] from the Hub
     if opts.get("config"):
         from quantrack.hfconfig import load_hf_config
 

@@ -299,7 +299,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
               max_num_seqs: int | None = None, slots: int | None = None) -> dict[str, Any]:
     """The engine-aware plan prediction (quantrack.capacity.predict_for_arm) beside what the log reports.
 
-    ``model``: a catalog name or a ModelShape (``--config`` / ``--gguf`` / ``--params``, resolved by the CLI).
+    ``model``: a catalog name, a Hub ORG/NAME[@REV], or a ModelShape (``--config`` / ``--gguf`` / ``--params``,
+    resolved by the CLI).
     Rows: figure, scope (per rank / total), predicted (derived), log (measured by the engine), error % =
     (predicted - log) / log. The arm comes from the log's quantization lines or ``arm``; when neither establishes it
     there is no number (BadInput "arm unknown: ... pass --arm"). Parallel sizes: ``tp``/``pp``/``dp`` or the log's
@@ -307,7 +308,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     Device memory, first found: ``vram``; the total the log reports (vLLM V0's ``total_gpu_memory``); ``gpu``.
     """
     from quantrack.capacity import GiB, predict_engine, predict_for_arm
-    from quantrack.catalog import get_gpu, get_model
+    from quantrack.catalog import get_gpu
+    from quantrack.hub import resolve_model
 
     for name, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs),
                         ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--slots", slots)):
@@ -324,7 +326,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     if report.engine == "vllm":  # the settings the log says it ran with ("non-default args"), unless given
         max_num_batched_tokens = max_num_batched_tokens or report.extra.get("max_num_batched_tokens")
         max_num_seqs = max_num_seqs or report.extra.get("max_num_seqs")
-    shape = get_model(model) if isinstance(model, str) else model
+    # a catalog name, or ORG/NAME[@REV] from the Hub (headers); or a shape the CLI resolved (--config/--gguf/--params)
+    shape = resolve_model(model) if isinstance(model, str) else model
     if arm is not None:
         arm_source = "--arm"
     else:

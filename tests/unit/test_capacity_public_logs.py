@@ -226,7 +226,7 @@ def test_qwen3_235b_fp8_tp4_h100() -> None:
 
 
 def _section_41() -> list[str]:
-    """The lines of docs/capacity-model.md §4.1 (§7 lists the same excerpts again, with the parser's figures)."""
+    """The lines of docs/capacity-model.md §4.1 (§8 lists the same excerpts again, with the parser's figures)."""
     text = DOC.read_text()
     return text[text.index("### 4.1 "):text.index("\n## 5.")].splitlines()
 
