@@ -1,5 +1,7 @@
 """Engine adapters by name: ``get_adapter("vllm" | "sglang" | "llamacpp")``, engine detection from
-log text, and one entry point that parses a log of any engine.
+log text (quantrack.engines.detect: per-line marker scores, with the deciding lines), one entry point that parses a
+log of any engine with every engine's fallback catalogue, the arm and parallel layout a log establishes, and
+``reconcile`` (the capacity prediction beside the log's figures, per rank and in total).
 
 Adapters are registered as module paths and imported on first use (the CLI stays fast).
 """

@@ -5,10 +5,13 @@ turning any byte soup into numbered text lines, and the bookkeeping every parser
 value wins, so lines repeated by every tensor-parallel rank count once; events de-duplicated;
 ``not_found`` filled from the fields an engine's log is expected to give).
 
-Prefix formats (engine-facts.md and the real reference logs):
-- vLLM:      ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text`` (process tag optional)
-- SGLang:    ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text``
+Prefix formats (engine-facts.md, the real reference logs and the public excerpts in tests/data/public-logs/):
+- vLLM:      ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text`` (process tag optional; its rank
+  tags TP/PP/DP/rank= are recorded as ``*_size_seen``)
+- SGLang:    ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text`` / 0.3's ``[16:43:29 TP0] text``
 - llama.cpp: ``0.00.291.950 I text`` (xllamacpp / llama-server with timestamps) or plain ``text``
+Wrappers other programs add in front (docker compose ``name  | ``, a ``[pid] ``, ``vLLM STDOUT: ``, ``> ``) are
+peeled off first. Rules marked ``startup_only`` stop being searched after the first 8 MiB of a file.
 """
 
 from __future__ import annotations
