@@ -60,3 +60,12 @@ def test_a_given_engine_that_contradicts_the_log_is_said(capsys: pytest.CaptureF
     assert report.engine == "sglang" and report.detection["method"] == "given"
     [w] = [w for w in report.warnings if w.kind == "engine_mismatch"]
     assert w.line.startswith("--engine sglang, but the log reads as vllm (vllm: ")
+
+
+def test_cli_json_names_the_deciding_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["logs", "parse", str(PUB / "sglang-4048-tp8-input-too-long.log"), "--format", "json"])
+    [data] = json.loads(capsys.readouterr().out)
+    assert data["engine"] == "sglang" and data["detection"]["method"] == "auto"
+    top = data["engine_evidence"][0]
+    assert top["marker"] == "SGLang rank prefix" and top["line_no"] == 3
+    assert top["line"].startswith("[2025-03-03 06:49:28 TP5] Input length (160062 tokens) exceeds")
