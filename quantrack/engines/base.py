@@ -48,6 +48,8 @@ class LogReport:
     warnings: list[LogEvent] = field(default_factory=list)
     errors: list[LogEvent] = field(default_factory=list)
     not_found: list[str] = field(default_factory=list)  # names of the fields above the log did not give
+    engine_evidence: list[dict[str, Any]] = field(default_factory=list)  # the lines that decided the engine
+    detection: dict[str, Any] = field(default_factory=dict)  # how the engine was chosen (auto scores | given)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +113,11 @@ class EngineAdapter(ABC):
     start_checks_memory_share: bool = False  # refuses to start unless free memory >= its share of the total:
     #                                          two servers on one GPU need shares that add up to <= 1
     cuda_gated: bool = False  # rules gate on the CUDA its wheels were built with (--cuda)
+    # LogReport fields (or extra keys) printed only once the weights are on the device, where fallback lines
+    # are printed: a log without any of them cannot rule a fallback out
+    loaded_fields: tuple[str, ...] = ("weights_gib", "kv_cache_tokens")
+    refuses_context_over_max: bool = True  # refuses a context above the model's maximum (llama.cpp runs it)
+    allocates_full_context_kv: bool = False  # allocates the KV cache of the whole context at start (llama.cpp)
     profile_settings: bool = False  # max_num_batched_tokens / max_num_seqs shape its memory profile run
 
     max_prompt_logprobs: int | None = None  # the most top-k log-probabilities per prompt position by default

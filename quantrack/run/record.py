@@ -70,12 +70,22 @@ def outcomes_bitmap(records_path: Path | None) -> tuple[str | None, str | None]:
 
 def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uuid: str | None = None,
                    baseline_accuracy: float | None = None, extra_secrets: tuple[str, ...] = ()) -> RunRecord:
-    """The run for one arm: fixed param/metric/tag names (docs/tracking.md)."""
+    """The run for one arm: fixed param/metric/tag names (quantrack.run.schema, docs/tracking.md)."""
     arm = out.arm
     rec = RunRecord(experiment=experiment, run_name=arm.name, parent_uuid=parent_uuid, start_ms=out.start_ms)
     rec.secrets = secret_values({**dict(study.engine.env), **out.launch_env, **arm.env_dict}, extra_secrets)
-    rep, live, node = out.log_report, out.live or {}, out.node
-    # params: what was run, where
+    _params(rec, study, out)
+    _tags(rec, study, out)
+    _metrics(rec, out, baseline_accuracy)
+    _artifacts(rec, out)
+    rec.status = out.status if out.status != "RUNNING" else "FAILED"
+    rec.end_ms = int(time.time() * 1000)
+    return rec
+
+
+def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
+    arm, rep, live, node = out.arm, out.log_report, out.live or {}, out.node
+    # what was run, where
     rec.param(Param.STUDY, study.name)
     rec.param(Param.ARM, arm.name)
     rec.param(Param.ENGINE, study.engine.kind)
@@ -122,7 +132,10 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
         rec.param(Param.KL_TOKENS, study.eval.kl_tokens)
         rec.param(Param.KL_TOP_K, study.eval.kl_top_k)
         rec.param(Param.KL_BASELINE, study.baseline.name)
-    # tags
+
+
+def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
+    arm, rep = out.arm, out.log_report
     for k, v in provenance_tags().items():
         rec.tag(k, v)
     rec.tag(Tag.ROLE, "arm")
@@ -139,6 +152,9 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     if rep is not None:
         fbs = rep.fallbacks
         rec.tag(Tag.FALLBACK, fallback_state(rep))
+        if fallback_state(rep) == schema.FALLBACK_UNKNOWN:
+            rec.tag(Tag.FALLBACK_REASON, "the log does not show the engine loading the weights (no "
+                                         f"{rep.engine or 'engine'} load line): a fallback cannot be ruled out")
         if fbs:
             rec.tag(Tag.FALLBACK_KINDS, ",".join(sorted({e.kind for e in fbs})))
             rec.tag(Tag.FALLBACK_EVIDENCE, f"{Path(str(rep.source or 'log')).name}:{fbs[0].line_no}: "
@@ -147,6 +163,11 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
         rec.tag(Tag.ATTENTION_BACKEND, rep.attention_backend)
         rec.tag(Tag.LOG_QUANTIZATION, rep.quantization)
         rec.tag(Tag.LOG_NOT_FOUND, ",".join(rep.not_found) or None)
+    rec.tag(Tag.DERIVED_METRICS, ",".join(schema.DERIVED_METRICS))
+
+
+def _metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -> None:
+    rep = out.log_report
     # metrics: capacity (measured from the log; predicted is derived)
     if rep is not None:
         rec.metric(Metric.WEIGHTS_GIB, rep.weights_gib)
@@ -169,8 +190,10 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     if out.kl is not None:
         for name, value in out.kl.metrics().items():
             rec.metric(name, value)
-    rec.tag(Tag.DERIVED_METRICS, ",".join(schema.DERIVED_METRICS))
-    # artifacts
+
+
+def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
+    rep = out.log_report
     if out.launch_argv:
         rec.artifacts[Artifact.LAUNCH_COMMAND] = " ".join(redact_argv(out.launch_argv, rec.secrets)) + "\n"
         rec.artifacts[Artifact.LAUNCH_ENV] = json.dumps(redact_env(out.launch_env), indent=1, sort_keys=True)
@@ -198,17 +221,18 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
     if out.verdicts:
         rec.artifacts[Artifact.PREFLIGHT_VERDICTS] = json.dumps(
             [v.to_dict() for v in out.verdicts], indent=1, default=str)
-    rec.status = out.status if out.status != "RUNNING" else "FAILED"
-    rec.end_ms = int(time.time() * 1000)
-    return rec
 
 
 def fallback_state(rep: LogReport) -> str:
     """``yes`` (the log shows a fallback), ``no`` (a log of a known engine that got as far as loading the
-    weights and shows none), else ``unknown``: a log that says nothing is never read as "no fallback"."""
+    weights, ``EngineAdapter.loaded_fields``, and shows none), else ``unknown``: a log that says nothing is never
+    read as "no fallback" (the same rule as ``quantrack audit``)."""
     if rep.fallbacks:
         return schema.FALLBACK_YES
-    if rep.engine and rep.weights_gib is not None:
+    if rep.engine is None:
+        return schema.FALLBACK_UNKNOWN
+    loaded = get_adapter(rep.engine).loaded_fields
+    if any((getattr(rep, f) if hasattr(rep, f) else rep.extra.get(f)) is not None for f in loaded):
         return schema.FALLBACK_NO
     return schema.FALLBACK_UNKNOWN
 
@@ -250,7 +274,11 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
         rec.series(Metric.SAMPLE_TPOT_MS, [s.tpot * 1000 for s in ok if s.tpot is not None])
         rec.series(Metric.SAMPLE_TTFT_MS, [s.ttft * 1000 for s in ok if s.ttft is not None])
         return
-    row = out.latency_row
+    _latency_row_metrics(rec, out.latency_row)
+
+
+def _latency_row_metrics(rec: RunRecord, row: dict[str, Any] | None) -> None:
+    """An imported latency row (quantrack log): quantrack's saved row or the reference client's JSON."""
     if row is None:
         return
     for key, name in (("ttft_ms", "ttft_ms"), ("tpot_ms", "tpot_ms"), ("itl_ms", "itl_ms"), ("e2e_ms", "e2e_ms"),
@@ -287,6 +315,8 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
             rec.metric(schema.sweep_output_tps(c), val.get("out_tok_per_s"))
             rec.metric(schema.sweep_tpot_p50(c), val.get("tpot_ms"))
             rec.metric(schema.sweep_ttft_p50(c), val.get("ttft_ms"))
+
+
 
 
 def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:

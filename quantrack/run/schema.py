@@ -120,6 +120,9 @@ class Tag:
     ARM = "quantrack.arm"
     ATTENTION_BACKEND = "quantrack.attention_backend"
     BASELINE = "quantrack.baseline"
+    CONTENTION = "quantrack.{step}_contention"  # .format(step=...): yes / no / unknown (measure.hygiene)
+    CONTENTION_REASONS = "quantrack.{step}_contention_reasons"
+    FALLBACK_REASON = "quantrack.fallback_reason"  # why the fallback is "unknown"
     DERIVED_METRICS = "quantrack.derived_metrics"
     EFFECTIVE_KERNEL = "quantrack.effective_kernel"
     ERROR = "quantrack.error"
