@@ -7,6 +7,7 @@ GSM8K settings."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,11 @@ model = "{tmp_path / 'missing.gguf'}"
     # the compare table of this study goes to stdout, not among the progress lines
     assert out[0] == "experiment: cpu-smollm2   baseline: q8_0"
     head = out[1]
-    assert "KV (MiB)" in head and "GSM8K" in head and "KV (MiB)" not in captured.err
+    # the default (narrow) table: its capacity column reads "KV tokens" or "KV MiB" by what was logged
+    assert head.startswith("Arm ") and " KV " in head and "GSM8K" in head and "GSM8K [" not in captured.err
     q8_row = next(ln for ln in out if ln.startswith("q8_0 "))
-    assert q8_row[head.index("KV (MiB)"):].split()[0] != FILL  # llama.cpp logs its KV buffer in MiB
-    assert " n=3 " in q8_row  # GSM8K: accuracy [Wilson interval] n=3
+    assert q8_row[head.index(" KV "):].split()[0] != FILL.split()[0]  # llama.cpp logs its KV cache
+    assert re.search(r" \d+\.\d% \[\d+–\d+\] ", q8_row)  # GSM8K: accuracy [Wilson interval] (n=3: below)
 
     runs = {r.arm: r for r in load_runs("cpu-smollm2", uri)}
     parent = load_runs("cpu-smollm2", uri, role="study")
