@@ -13,7 +13,7 @@ from quantrack.run.outcome import (
 )
 from quantrack.run.record import outcomes_bitmap, record_for_arm, study_record
 from quantrack.run.schema import STATUS_REJECTED
-from quantrack.run.steps import node_facts, step_kl, step_serve
+from quantrack.run.steps import node_facts, step_kl, step_predict, step_serve
 
 __all__ = [
     "STATUS_REJECTED",
@@ -31,6 +31,7 @@ __all__ = [
     "run_arm",
     "run_study",
     "step_kl",
+    "step_predict",
     "step_serve",
     "study_record",
     "study_table",
