@@ -108,6 +108,16 @@ class TrackingSpec:
 
 
 @dataclass(frozen=True)
+class DecisionSpec:
+    """[decision]: the constraints `quantrack report` judges the arms by (grammar: quantrack.report.decision)."""
+
+    slo: tuple[str, ...] = ()  # "tpot_p99<=30ms@64", ...
+    max_accuracy_drop: str | None = None  # "1pp"
+    max_kl: float | None = None
+    prices: str | None = None  # a prices TOML, relative to the study file
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     model: ModelSpec
@@ -121,6 +131,7 @@ class Study:
     eval: EvalSpec = field(default_factory=EvalSpec)
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     fleet: dict[str, Any] = field(default_factory=dict)  # issue: fleet (Ray/SkyPilot); validated there
+    decision: DecisionSpec = field(default_factory=DecisionSpec)
     description: str = ""
     source: str | None = None  # the file it was read from
 
@@ -146,7 +157,7 @@ class Study:
 
 
 _TOP = {"name", "description", "model", "engine", "gpu", "arms", "context_len", "parallel", "latency",
-        "sweep", "eval", "tracking", "fleet", "baseline"}
+        "sweep", "eval", "tracking", "fleet", "baseline", "decision"}
 _SECTIONS: dict[str, type] = {
     "model": ModelSpec, "engine": EngineSpec, "gpu": GpuSpec, "latency": LatencySpec, "sweep": SweepSpec,
     "eval": EvalSpec, "tracking": TrackingSpec,
@@ -249,11 +260,22 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
     fleet = data.get("fleet", {})
     if not isinstance(fleet, dict):
         raise bad("[fleet] must be a table")
+    decision = _decision(data["decision"], source) if "decision" in data else DecisionSpec()
     return Study(
         name=name.strip(), description=str(data.get("description", "")), model=model, engine=engine, gpu=gpu,
         arms=tuple(arms), context_len=ctx, parallel=par, latency=lat, sweep=sweep, eval=sections["eval"],
-        tracking=sections["tracking"], fleet=fleet, source=source,
+        tracking=sections["tracking"], fleet=fleet, source=source, decision=decision,
     )
+
+
+def _decision(table: Any, source: str) -> DecisionSpec:
+    """[decision], checked with the report's own grammar before anything starts (prices: relative to the file)."""
+    from quantrack.report.decision import constraints_from_table
+
+    base = Path(source).parent if source != "<study>" else None
+    c = constraints_from_table(table, f"study file {source!r}", base)
+    return DecisionSpec(slo=tuple(s.text for s in c.slos), max_accuracy_drop=table.get("max_accuracy_drop"),
+                        max_kl=c.max_kl, prices=c.prices)
 
 
 _KL_KEYS = {"tokens": "kl_tokens", "top_k": "kl_top_k", "arms": "kl_arms", "baseline_util": "kl_baseline_util"}
