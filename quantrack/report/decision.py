@@ -761,8 +761,11 @@ def _recommend(sec: Section, c: Constraints) -> None:
         pts = {n: (xs[n], -v) for n, v in kls.items() if v is not None}
         sec.frontier_axes = f"({what}, −KL vs the baseline; the baseline's own KL is 0 by definition unless measured)"
         sec.frontier_note = "GSM8K was measured for fewer than two arms, so the accuracy axis is the KL fidelity."
-    if len(pts) >= 1:
+    if len(pts) >= 2:
         sec.frontier = pareto(pts)
+    else:
+        sec.frontier_note = (f"Not computed: {len(pts)} arm(s) have both a throughput and an accuracy figure "
+                             "(GSM8K or KL); a frontier needs two.")
     left = sorted(set(arms) - set(pts))
     if left:
         sec.frontier_note += (" " if sec.frontier_note else "") + \
@@ -780,8 +783,10 @@ def _recommend(sec: Section, c: Constraints) -> None:
         lvl = f" at c{best.slo_level}" if best.slo_level is not None else ""
         sec.recommendation = (f"Deploy {best.arm}: of the {len(cleared)} arm(s) that clear every constraint it has "
                               f"{why}: {best.throughput.show()}{lvl}"
-                              + (f", {best.throughput_x.show()} the baseline" if best.throughput_x.known else "")
-                              + (f", capacity {best.capacity_x.show()}" if best.capacity_x.known else "") + ".")
+                              + (f", {best.throughput_x.show()} the baseline" if best.throughput_x.known
+                                 and not best.baseline else "")
+                              + (f", capacity {best.capacity_x.show()}" if best.capacity_x.known
+                                 and not best.baseline else "") + ".")
     else:
         sec.recommendation = "No arm clears every constraint: nothing can be recommended for deployment yet."
     sec.changes = _what_would_change(sec, c, cleared)

@@ -18,20 +18,18 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")
 
 
-def _plt() -> Any:
-    import matplotlib
+def _subplots(figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure outside pyplot (no global state, and pyplot's import is skipped); PNG through the Agg canvas."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
 
 
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
     return buf.getvalue()
 
 
@@ -49,8 +47,7 @@ def capacity(sec: Section) -> Picture | None:
     arms = [a for a in sec.arms if a.capacity.value is not None]
     if not arms:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.0, 3.4))
+    fig, ax = _subplots((7.0, 3.4))
     names = [a.arm for a in arms]
     vals = [a.capacity.value or 0.0 for a in arms]
     bars = ax.bar(names, vals, color=[_color(i) for i in range(len(arms))])
@@ -87,8 +84,7 @@ def latency(sec: Section, c: Constraints, metric: str, stat: str) -> Picture | N
     series = _series(sec, key)
     if not series:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    fig, ax = _subplots((7.0, 3.6))
     for i, arm, xs, ys in series:
         ax.plot(xs, ys, marker="o", color=_color(i), label=arm)
     levels = sorted({x for _, _, xs, _ in series for x in xs})
@@ -119,8 +115,7 @@ def throughput(sec: Section, c: Constraints) -> Picture | None:
     series = _series(sec, "throughput")
     if not series:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    fig, ax = _subplots((7.0, 3.6))
     for i, arm, xs, ys in series:
         ax.plot(xs, ys, marker="o", color=_color(i), label=arm)
         a = sec.arms[i]
@@ -163,8 +158,7 @@ def speedup(sec: Section) -> Picture | None:
     probe = sorted((b, f.value) for b, f in sec.probe.items() if f.value is not None)
     if not lines and not probe:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    fig, ax = _subplots((7.0, 3.6))
     for i, arm, pts in lines:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=_color(i), label=f"{arm} / {base.arm}")
     if probe:
@@ -185,8 +179,7 @@ def speedup(sec: Section) -> Picture | None:
 
 
 def accuracy(sec: Section, c: Constraints) -> Picture | None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.0, 0.6 + 0.45 * max(2, len(sec.arms))))
+    fig, ax = _subplots((7.0, 0.6 + 0.45 * max(2, len(sec.arms))))
     ys = list(range(len(sec.arms)))[::-1]
     any_drawn = False
     for y, a in zip(ys, sec.arms):
@@ -225,8 +218,7 @@ def kl(sec: Section, c: Constraints) -> Picture | None:
     arms = [a for a in sec.arms if not a.baseline or a.kl.value is not None]
     if not arms or not any(a.kl.value is not None for a in arms):
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.0, 3.4))
+    fig, ax = _subplots((7.0, 3.4))
     names = [a.arm for a in arms]
     vals = [a.kl.value or 0.0 for a in arms]
     bars = ax.bar(names, vals, color=[_color(i) for i in range(len(arms))])

@@ -176,7 +176,7 @@ def _section_html(i: int, sec: Section, rep: DecisionReport, pics: list[tuple[st
                       if a.skipped else "") + "</ul></li>")
     out.append("</ul>")
     out.append(f"<h3>Pareto frontier {e(sec.frontier_axes)}</h3><p>"
-               + (e(", ".join(sec.frontier)) if sec.frontier else "not computed: no arm has both figures")
+               + (e(", ".join(sec.frontier)) if sec.frontier else "—")
                + (f"</p><p class=\"small\">{e(sec.frontier_note)}" if sec.frontier_note else "") + "</p>")
     out.append("<h3>What would change the answer</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in sec.changes)
                + "</ul>")
@@ -247,7 +247,7 @@ def to_markdown(rep: DecisionReport, png_dir: Path, stem: str) -> tuple[str, lis
         for a in sec.arms:
             lines.append(f"- **{a.arm}: {a.verdict}**")
             lines += [f"  - {r}" for r in a.reasons]
-        lines += ["", f"**Pareto frontier** {sec.frontier_axes}: " + (", ".join(sec.frontier) or "not computed")
+        lines += ["", f"**Pareto frontier** {sec.frontier_axes}: " + (", ".join(sec.frontier) or "—")
                   + (f" — {sec.frontier_note}" if sec.frontier_note else ""), "", "**What would change the answer**", ""]
         lines += [f"- {x}" for x in sec.changes] + [""]
         for name, title, caption, png in pictures(sec, rep.constraints):

@@ -70,7 +70,7 @@ def test_page_in_a_real_browser(tmp_path: Path) -> None:
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=20000", "--dump-dom", probe.as_uri()],
         capture_output=True, text=True, timeout=300, check=False)
-    m = re.search(r'<pre id="qt-check">(.*?)</pre>', proc.stdout, re.S)
+    m = re.search(r'<pre id="qt-check">(.*?)</pre>', proc.stdout, re.DOTALL)
     assert m, f"the probe did not run (rc {proc.returncode}): {proc.stderr[-2000:]}"
     seen = json.loads(html.unescape(m.group(1)))
     # the verdict table, as the browser laid it out

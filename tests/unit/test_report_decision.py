@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from quantrack.accuracy.stats import compare_counts, detectable_multiplier, newcombe_paired_ci, proportion
+from quantrack.accuracy.stats import (
+    compare_counts,
+    detectable_multiplier,
+    newcombe_paired_ci,
+    proportion,
+)
 from quantrack.errors import BadInput
 from quantrack.report.decision import (
     V_CANNOT,
@@ -218,8 +223,8 @@ def test_parse_slo(text: str, want: tuple[str, str, float, int]) -> None:
 
 
 @pytest.mark.parametrize("text, msg", [
-    ("tpot_p95<=30ms@64", "--slo 'tpot_p95<=30ms@64': unknown metric 'tpot_p95' (did you mean 'tpot_p99'?); "
-                          "the sweep records ttft, tpot, e2e as p50, p90, p99, mean per concurrency level"),
+    ("tpot_p95<=30ms@64", ("--slo 'tpot_p95<=30ms@64': unknown metric 'tpot_p95' (did you mean 'tpot_p99'?); "
+                          "the sweep records ttft, tpot, e2e as p50, p90, p99, mean per concurrency level")),
     ("itl_p50<=5ms@4", "--slo 'itl_p50<=5ms@4': unknown metric 'itl_p50'"),
     ("tpot_p99<30ms@64", "--slo 'tpot_p99<30ms@64': expected METRIC<=VALUE(ms|s)@CONCURRENCY"),
     ("tpot_p99<=30@64", "--slo 'tpot_p99<=30@64': the limit needs a unit, ms or s (got 'none')"),
@@ -383,3 +388,10 @@ def test_cli_reads_the_study_decision_table(store: tuple[str, dict[str, str]], t
     md = out.read_text()
     assert f"study file {str(study)!r}" in md and "mean KL(baseline ‖ arm) ≤ 0.003 nats/token" in md
     assert "  fp8\tmisses\t" in stdout  # KL 0.004 > 0.003
+
+
+@pytest.mark.parametrize("alpha, power", [(0.05, 0.80), (0.01, 0.90), (0.10, 0.50)])
+def test_planning_multiplier_matches_scipy(alpha: float, power: float) -> None:
+    from scipy.stats import norm  # type: ignore[import-untyped]
+
+    assert detectable_multiplier(alpha, power) == pytest.approx(norm.ppf(1 - alpha / 2) + norm.ppf(power), abs=1e-12)
