@@ -781,12 +781,13 @@ def _recommend(sec: Section, c: Constraints) -> None:
             why = f"the highest {what}"
         sec.recommended = best.arm
         lvl = f" at c{best.slo_level}" if best.slo_level is not None else ""
-        sec.recommendation = (f"Deploy {best.arm}: of the {len(cleared)} arm(s) that clear every constraint it has "
-                              f"{why}: {best.throughput.show()}{lvl}"
+        lead = (f"the only arm that clears every constraint ({best.throughput.show()}{lvl}" if len(cleared) == 1 else
+                f"of the {len(cleared)} arms that clear every constraint it has {why}: {best.throughput.show()}{lvl}")
+        sec.recommendation = (f"Deploy {best.arm}: {lead}"
                               + (f", {best.throughput_x.show()} the baseline" if best.throughput_x.known
                                  and not best.baseline else "")
                               + (f", capacity {best.capacity_x.show()}" if best.capacity_x.known
-                                 and not best.baseline else "") + ".")
+                                 and not best.baseline else "") + (")." if len(cleared) == 1 else "."))
     else:
         sec.recommendation = "No arm clears every constraint: nothing can be recommended for deployment yet."
     sec.changes = _what_would_change(sec, c, cleared)
@@ -875,8 +876,11 @@ def build_report(experiment: str, runs: list[RunRow], c: Constraints, *, uri: st
     groups: dict[str, list[RunRow]] = {}
     for r in runs:
         groups.setdefault(run_gpu(r), []).append(r)
+    from quantrack.pricing import default_prices_path
+
+    shipped = Path(price_table.path) == default_prices_path()
     rep = DecisionReport(experiment=experiment, uri=uri, constraints=c, sections=[], n_runs=len(runs),
-                         price_note=f"prices: {price_table.path}")
+                         price_note="prices: " + ("the shipped rules/prices.toml" if shipped else price_table.path))
     first_seen: dict[str, int] = {}
     for r in runs:
         first_seen[r.arm] = min(first_seen.get(r.arm, r.start_time), r.start_time)

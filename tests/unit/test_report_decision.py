@@ -115,7 +115,11 @@ def test_recommendation_and_frontier(report) -> None:  # type: ignore[no-untyped
     assert arms["marlin"].verdict == V_CLEAR  # cleared, its warnings listed
     # H100 is priced in the shipped rules/prices.toml: cleared arms all priced -> lowest cost wins
     assert sec.recommended == "fp8-good"
-    assert sec.recommendation.startswith("Deploy fp8-good: of the 3 arm(s) that clear every constraint")
+    assert sec.recommendation.startswith("Deploy fp8-good: of the 3 arms that clear every constraint it has the lowest "
+                                         "cost per 1M output tokens at the SLO ($")
+    from quantrack.pricing import cost_per_million_tokens, load_prices
+
+    assert arms["fp8-good"].cost.value == pytest.approx(cost_per_million_tokens("H100", 4100, load_prices()))
     # (throughput at the SLO, accuracy): fp8 (fastest with accuracy), fp8-good, bf16 (most accurate)
     assert sec.frontier == ["fp8", "fp8-good", "bf16"]
     assert "fp8-kv" in sec.frontier_note  # FILL IN accuracy: not placed, and said so
