@@ -37,7 +37,7 @@ vertical-align:top;text-align:left}th{background:#f3f3f3}
 .v{font-weight:bold;white-space:nowrap;border-radius:3px;padding:1px 5px}
 .v-cleared{background:#d9f2dd}.v-misses{background:#f8d4d4}.v-cannot{background:#fff1c6}.v-not{background:#e4e4e4}
 .rec{background:#eef5ff;border-left:4px solid #2f5fa8;padding:8px 12px;margin:12px 0}
-.warn{color:#8a4b00}.small{font-size:12px;color:#555}figure{margin:16px 0}figcaption{font-size:12px;color:#555;
+.slo{min-width:220px}.scroll{overflow-x:auto}.warn{color:#8a4b00}.val{white-space:nowrap}.small{font-size:12px;color:#555}figure{margin:16px 0}figcaption{font-size:12px;color:#555;
 max-width:640px}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:8px}img{max-width:100%;border:1px solid #eee}ul{margin:4px 0}code{background:#f5f5f5;padding:0 3px}
 """
 
@@ -53,7 +53,7 @@ def _cell(f: Figure) -> str:
         return f'<span class="k fill" title="{html.escape(tip)}">FILL IN</span>'
     if f.value is None:
         return f'<span title="{html.escape(tip)}">{html.escape(f.show())}</span>'
-    return (f'<span title="{html.escape(tip)}">{html.escape(f.show())}</span>'
+    return (f'<span class="val" title="{html.escape(tip)}">{html.escape(f.show())}</span>'
             f'<span class="k {_kind_class(f.kind)}">{html.escape(label)}</span>')
 
 
@@ -148,10 +148,10 @@ def _section_html(i: int, sec: Section, rep: DecisionReport, pics: list[tuple[st
     e = html.escape
     out = [f"<h2 id=\"gpu-{i}\">{e(sec.gpu)} — baseline {e(sec.baseline or 'none')}</h2>",
            f"<div class=\"rec\"><b>Recommendation:</b> {e(sec.recommendation)}</div>"]
-    head = ["Arm", "Verdict", "SLOs", "Throughput at SLO", "× baseline", "Capacity", "× baseline", "Cost / 1M out tok",
-            "GSM8K", "Δ vs baseline [95% CI]", "Distinguishable from 0", "KL", "Warnings, fallbacks",
-            "Contention", "Run"]
-    out.append(f"<table class=\"verdicts\" id=\"verdicts-{i}\"><thead><tr>" +
+    head = ["Arm", "Verdict", "SLOs", "Throughput at SLO (× baseline)", "Capacity, KV tokens (× baseline)",
+            "Cost / 1M out tok", "GSM8K", "Δ vs baseline [95% CI]", "Distinguishable from 0", "KL (top-1)",
+            "Warnings, fallbacks", "Contention", "Run"]
+    out.append(f"<div class=\"scroll\"><table class=\"verdicts\" id=\"verdicts-{i}\"><thead><tr>" +
                "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>")
     for a in sec.arms:
         lvl = f" @c{a.slo_level}" if a.slo_level is not None else ""
@@ -161,19 +161,20 @@ def _section_html(i: int, sec: Section, rep: DecisionReport, pics: list[tuple[st
             "<tr>" + f"<td><b>{e(a.arm)}</b>{' (baseline)' if a.baseline else ''}<br>"
             f"<span class=\"small\">{e(a.configuration)}; {e(a.engine)}</span></td>"
             f"<td><span class=\"v {_verdict_class(a.verdict)}\">{e(a.verdict)}</span>{flag}</td>"
-            f"<td class=\"small\">{slos}</td><td>{_cell(a.throughput)}{e(lvl)}</td><td>{_cell(a.throughput_x)}</td>"
-            f"<td>{_cell(a.capacity)}</td><td>{_cell(a.capacity_x)}</td><td>{_cell(a.cost)}</td>"
+            f"<td class=\"small slo\">{slos}</td><td>{_cell(a.throughput)}{e(lvl)}<br>{_cell(a.throughput_x)}</td>"
+            f"<td>{_cell(a.capacity)}<br>{_cell(a.capacity_x)}</td><td>{_cell(a.cost)}</td>"
             f"<td>{_cell(a.acc.accuracy)}</td><td>{_cell(a.acc.delta)}</td><td class=\"small\">{e(_distinguish(a))}</td>"
-            f"<td>{_cell(_kl_text(a))}</td><td class=\"small warn\">{e(_warn_text(a))}</td>"
+            f"<td>{_cell(a.kl)}{'<br>' + _cell(a.top1) if a.top1.known else ''}</td><td class=\"small warn\">{e(_warn_text(a))}</td>"
             f"<td class=\"small\">{e(_contention_text(a))}</td><td class=\"small\"><code title=\"{e(a.run_id)}\">"
             f"{e(a.run_id[:8])}</code>"
             f"{'<br>' + e(a.status) if a.status != 'FINISHED' else ''}</td></tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     out.append("<h3>Why</h3><ul>")
     for a in sec.arms:
         out.append(f"<li><b>{e(a.arm)}: {e(a.verdict)}</b><ul>" + "".join(f"<li>{e(r)}</li>" for r in a.reasons)
-                   + (f"<li>{sum(a.skipped.values())} other run(s) of this arm not shown: {e(str(a.skipped))}</li>"
-                      if a.skipped else "") + "</ul></li>")
+                   + (f"<li>{sum(a.skipped.values())} other run(s) of this arm not used ("
+                      + e(", ".join(f"{k} {v}" for k, v in a.skipped.items()))
+                      + "): the newest FINISHED run is the one shown</li>" if a.skipped else "") + "</ul></li>")
     out.append("</ul>")
     out.append(f"<h3>Pareto frontier {e(sec.frontier_axes)}</h3><p>"
                + (e(", ".join(sec.frontier)) if sec.frontier else "—")
