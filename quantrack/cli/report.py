@@ -66,8 +66,11 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         raise BadInput(f"--out {str(target)!r} is a directory: give a file name")
     if not target.parent.is_dir():
         raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
-    rep = decision_report(experiment, flags, uri=tracking_uri, study=study_file, baseline=baseline, gpu=gpu)
-    run_id = _log_target(log_to_run, experiment, rep.uri) if log_to_run else None  # checked before writing
+    from quantrack.tracking import resolve_uri
+
+    uri = resolve_uri(tracking_uri)
+    rep = decision_report(experiment, flags, uri=uri, study=study_file, baseline=baseline, gpu=gpu)
+    run_id = _log_target(log_to_run, experiment, uri) if log_to_run else None  # checked before writing
 
     from quantrack.report.page import log_report, write_report
 
@@ -80,7 +83,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         click.echo(rep.fleet_pick)
     click.echo(f"wrote {', '.join(str(f) for f in files)}")
     if run_id is not None:
-        paths = log_report(files, run_id, rep.uri)
+        paths = log_report(files, run_id, uri)
         click.echo(f"logged {', '.join(paths)} to run {run_id}")
 
 

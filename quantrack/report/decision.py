@@ -394,6 +394,22 @@ class DecisionReport:
                 "fleet_pick": self.fleet_pick, "notes": self.notes}
 
 
+def display_uri(uri: str) -> str:
+    """The store URI as the page shows it: no user:password, no query string (tokens), other secrets redacted."""
+    from urllib.parse import urlsplit
+
+    from quantrack.redact import redact_text
+
+    try:
+        u = urlsplit(uri)
+    except ValueError:
+        return "[REDACTED]"
+    if "@" not in u.netloc and not u.query:
+        return redact_text(uri)
+    netloc = u.netloc if "@" not in u.netloc else "[REDACTED]@" + u.netloc.rsplit("@", 1)[1]
+    return redact_text(f"{u.scheme}://{netloc}{u.path}")
+
+
 def _status(r: RunRow) -> str:
     return "rejected" if r.tags.get("quantrack.verdict") == "reject" else r.status
 
@@ -879,7 +895,7 @@ def build_report(experiment: str, runs: list[RunRow], c: Constraints, *, uri: st
     from quantrack.pricing import default_prices_path
 
     shipped = Path(price_table.path) == default_prices_path()
-    rep = DecisionReport(experiment=experiment, uri=uri, constraints=c, sections=[], n_runs=len(runs),
+    rep = DecisionReport(experiment=experiment, uri=display_uri(uri), constraints=c, sections=[], n_runs=len(runs),
                          price_note="prices: " + ("the shipped rules/prices.toml" if shipped else price_table.path))
     first_seen: dict[str, int] = {}
     for r in runs:

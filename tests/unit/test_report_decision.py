@@ -399,3 +399,11 @@ def test_planning_multiplier_matches_scipy(alpha: float, power: float) -> None:
     from scipy.stats import norm  # type: ignore[import-untyped]
 
     assert detectable_multiplier(alpha, power) == pytest.approx(norm.ppf(1 - alpha / 2) + norm.ppf(power), abs=1e-12)
+
+
+def test_store_credentials_never_reach_the_page() -> None:
+    from quantrack.report.decision import display_uri
+
+    assert display_uri("https://bob:s3cret@mlflow.example:5000/?token=hf_abcdefghijklmnopqrstuvwxyz") == \
+        "https://[REDACTED]@mlflow.example:5000/"
+    assert display_uri("sqlite:////tmp/x/mlflow.db") == "sqlite:////tmp/x/mlflow.db"
