@@ -319,6 +319,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
         c = constraints_from_spec(result.study.decision, result.study.source) or Constraints()
         rep = build_report(result.experiment, runs, c, uri=uri, baseline=result.study.baseline.name,
                            prices=prices if c.prices is None else None)
+        Path(workdir).mkdir(parents=True, exist_ok=True)
         files = write_report(rep, Path(workdir) / "report.html", "html")
         log_report(files, parent.run_id, uri)
     except Exception as exc:  # noqa: BLE001 - the runs are logged already; the page is only a view of them

@@ -407,3 +407,57 @@ def test_store_credentials_never_reach_the_page() -> None:
     assert display_uri("https://bob:s3cret@mlflow.example:5000/?token=hf_abcdefghijklmnopqrstuvwxyz") == \
         "https://[REDACTED]@mlflow.example:5000/"
     assert display_uri("sqlite:////tmp/x/mlflow.db") == "sqlite:////tmp/x/mlflow.db"
+
+
+def test_constraints_from_the_study_file_on_the_parent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No flags, no --study: the [decision] table of study/study.toml logged on the newest parent run."""
+    from quantrack.tracking import RunRecord, Tracker
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker(uri, "with-study")
+    parent = RunRecord(experiment="with-study", run_name="study:s", status="RUNNING")
+    parent.tag("quantrack.role", "study")
+    parent.artifacts["study/study.toml"] = STUDY + '[decision]\nslo = ["tpot_p50<=5ms@1"]\nmax_kl = 0.01\n'
+    p = tracker.log(parent)
+    arm = RunRecord(experiment="with-study", run_name="bf16", parent_uuid=p.uuid)
+    arm.tag("quantrack.role", "arm")
+    arm.tag("quantrack.arm", "bf16")
+    arm.metric("sweep_output_tps_c1", 200.0)
+    arm.metric("sweep_tpot_ms_p50_c1", 4.8)
+    tracker.log(arm)
+    tracker.finish(p, "FINISHED")
+    rep = decision_report("with-study", Constraints(), uri=uri)
+    assert rep.constraints.sources == (f"study/study.toml of run {p.run_id}",)
+    assert [s.text for s in rep.constraints.slos] == ["tpot_p50<=5ms@1"] and rep.constraints.max_kl == 0.01
+    (a,) = rep.sections[0].arms
+    assert a.verdict == V_CLEAR and a.slo_checks[0].status == "meets"
+    # a flag overrides the study key by key
+    rep = decision_report("with-study", Constraints(slos=(parse_slo("tpot_p50<=4ms@1"),), sources=("flags",)), uri=uri)
+    assert rep.sections[0].arms[0].verdict == V_MISSES and rep.constraints.max_kl == 0.01
+    assert rep.constraints.sources == ("flags", f"study/study.toml of run {p.run_id}")
+
+
+def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
+    """What `quantrack run` calls at its end (runner.run_study -> page.publish_study_report)."""
+    from quantrack.report.page import publish_study_report
+    from quantrack.runner import StudyResult
+    from quantrack.tracking import Logged
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    ids = build_store(uri)
+    study = load_study(_write(tmp_path, STUDY + f'[decision]\nslo = ["{SLO}"]\nmax_accuracy_drop = "1pp"\n'))
+    result = StudyResult(study=study, experiment=EXPERIMENT, outcomes=[], parent=Logged(uuid="u", run_id=ids["parent"]),
+                         logged={})
+    said: list[str] = []
+    page = publish_study_report(result, uri, tmp_path / "work", said.append)
+    assert page == tmp_path / "work" / "report.html"
+    logged = tmp_path / "artifacts" / ids["parent"] / "artifacts" / "report" / "report.html"
+    assert logged.read_text() == page.read_text()
+    assert said[0].startswith("report: H100: Deploy fp8-good:")
+    assert said[-1] == f"report: {page} (artifact report/report.html of the parent run {ids['parent']})"
+    # spooled runs: no page, one line saying how to make it later
+    said.clear()
+    result.parent = Logged(uuid="u", spooled=tmp_path)
+    assert publish_study_report(result, uri, tmp_path / "work", said.append) is None
+    assert said == [(f"report: the runs were spooled; after `quantrack sync`, run `quantrack report --experiment "
+                    f"{EXPERIMENT} --log-to-run`")]
