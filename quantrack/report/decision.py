@@ -502,17 +502,15 @@ def questions_needed(p: float | None, diff: float, discordant: float | None = No
       100% / unknown);
     * paired runs (``discordant`` = (b + c) / n of this pair, ``delta`` its Δ): the per-question variance of the
       paired difference is (b + c)/n - Δ^2, so n = 2.80^2 x ((b + c)/n - Δ^2) / diff^2 — usually far fewer,
-      since the arms agree on most questions (assumes the discordance rate stays what was measured)."""
+      since the arms agree on most questions (assumes the discordance rate stays what was measured; with no
+      discordant question at all there is no rate to plan with, and the independent figure is given)."""
     from quantrack.accuracy.stats import detectable_multiplier
 
     if diff <= 0 or not math.isfinite(diff):
         return None
     z2 = detectable_multiplier() ** 2
-    if discordant is not None:
-        var = discordant - delta * delta
-        if var <= 0:
-            return None
-        return math.ceil(z2 * var / diff ** 2)
+    if discordant is not None and discordant - delta * delta > 0:
+        return math.ceil(z2 * (discordant - delta * delta) / diff ** 2)
     q = 0.5 if p is None or p in (0.0, 1.0) else p
     return math.ceil(2.0 * z2 * q * (1 - q) / diff ** 2)
 
@@ -809,6 +807,45 @@ def _recommend(sec: Section, c: Constraints) -> None:
     sec.changes = _what_would_change(sec, c, cleared)
 
 
+def _blockers(a: ArmDecision, c: Constraints, gain: str) -> list[str]:
+    """Everything that keeps ``a`` from being cleared, each with what would lift it."""
+    out: list[str] = []
+    for k in a.slo_checks:
+        if k.status == "unknown":
+            out.append(f"{a.arm}{gain}: {k.reason}.")
+        elif k.status == "misses" and k.value.value is not None:
+            out.append(f"{a.arm}{gain}: would meet {k.slo.name} @c{k.slo.concurrency} with a limit of "
+                       f"{k.value.value:,.1f} ms instead of {k.slo.limit_ms:g} ms"
+                       + (f", or at c{k.goodput_c}" if k.goodput_c else "") + ".")
+    if a.baseline:
+        return out
+    st = a.acc.budget_status
+    if c.max_accuracy_drop is not None:
+        if st == "crosses":
+            need = a.acc.n_needed_budget
+            more = ("" if need is None else
+                    f"; about {need:,} questions per arm would resolve it" +
+                    (" (more than GSM8K's 1,319: not resolvable with GSM8K alone)" if need > GSM8K_SIZE else ""))
+            out.append(f"{a.arm}{gain}: {a.acc.budget_reason}{more}.")
+        elif not a.acc.accuracy.known:
+            out.append(f"{a.arm}{gain}: GSM8K is FILL IN; measure it ([eval] task = \"gsm8k\" or `quantrack "
+                       f"eval gsm8k` then `quantrack log`): if Δ's 95% interval stays above "
+                       f"−{c.max_accuracy_drop * 100:g} pp, {a.arm} would be cleared on accuracy.")
+        elif st == "exceeds":
+            out.append(f"{a.arm}: over the accuracy budget ({a.acc.budget_reason}).")
+        elif st == "unknown":
+            out.append(f"{a.arm}{gain}: {a.acc.budget_reason}.")
+    if c.max_kl is not None:
+        if a.kl_status == "unknown":
+            out.append(f"{a.arm}{gain}: KL not measured ([eval] kl = {{ tokens = 2000 }}).")
+        elif a.kl_status == "exceeds":
+            out.append(f"{a.arm}: KL {a.kl.show()} over the {c.max_kl:g} budget.")
+    if c.max_accuracy_drop is None and c.max_kl is None:
+        out.append(f"{a.arm}{gain}: state an accuracy budget (--max-accuracy-drop 1pp or --max-kl 0.01)"
+                   + ("" if a.acc.accuracy.known else " and measure GSM8K (FILL IN)") + ".")
+    return out
+
+
 def _what_would_change(sec: Section, c: Constraints, cleared: list[ArmDecision]) -> list[str]:
     out: list[str] = []
     best = next((a for a in sec.arms if a.arm == sec.recommended), None)
@@ -820,35 +857,7 @@ def _what_would_change(sec: Section, c: Constraints, cleared: list[ArmDecision])
             continue
         gain = (f" ({a.throughput.value / best.throughput.value:.2f}× {best.arm}'s throughput)"
                 if best is not None and a.throughput.value and best.throughput.value else "")
-        if a.verdict == V_CANNOT:
-            for k in a.slo_checks:
-                if k.status == "unknown":
-                    out.append(f"{a.arm}{gain}: {k.reason}.")
-            if not a.baseline and c.max_accuracy_drop is not None and a.acc.budget_status == "crosses":
-                need = a.acc.n_needed_budget
-                more = ("" if need is None else
-                        f"; about {need:,} questions per arm would resolve it" +
-                        (" (more than GSM8K's 1,319: not resolvable with GSM8K alone)" if need > GSM8K_SIZE else ""))
-                out.append(f"{a.arm}{gain}: {a.acc.budget_reason}{more}.")
-            elif not a.baseline and c.max_accuracy_drop is not None and not a.acc.accuracy.known:
-                out.append(f"{a.arm}{gain}: GSM8K is FILL IN; measure it ([eval] task = \"gsm8k\" or `quantrack "
-                           f"eval gsm8k` then `quantrack log`): if Δ's 95% interval stays above "
-                           f"−{c.max_accuracy_drop * 100:g} pp, {a.arm} would be deployed instead.")
-            elif not a.baseline and c.max_kl is not None and a.kl_status == "unknown":
-                out.append(f"{a.arm}{gain}: KL not measured ([eval] kl = {{ tokens = 2000 }}).")
-            elif not a.baseline and c.max_accuracy_drop is None and c.max_kl is None:
-                out.append(f"{a.arm}{gain}: state an accuracy budget (--max-accuracy-drop 1pp or --max-kl 0.01)"
-                           + ("" if a.acc.accuracy.known else " and measure GSM8K (FILL IN)") + ".")
-        elif a.verdict == V_MISSES:
-            for k in a.slo_checks:
-                if k.status == "misses" and k.value.value is not None:
-                    out.append(f"{a.arm}{gain}: would meet {k.slo.name} @c{k.slo.concurrency} with a limit of "
-                               f"{k.value.value:,.1f} ms instead of {k.slo.limit_ms:g} ms"
-                               + (f", or at c{k.goodput_c}" if k.goodput_c else "") + ".")
-            if a.acc.budget_status == "exceeds":
-                out.append(f"{a.arm}: over the accuracy budget ({a.acc.budget_reason}).")
-            if a.kl_status == "exceeds":
-                out.append(f"{a.arm}: KL {a.kl.show()} over the {c.max_kl:g} budget.")
+        out += _blockers(a, c, gain)
     if best is not None and not best.baseline and best.acc.delta_ci is not None and c.max_accuracy_drop is not None:
         lo = best.acc.delta_ci[0]
         out.append(f"{best.arm} stays cleared while the accuracy budget is at least {-lo * 100:.1f} pp (the lower end "
