@@ -190,7 +190,7 @@ def accuracy(sec: Section, c: Constraints) -> Picture | None:
         elif d is not None and ci is not None:
             ax.errorbar([d * 100], [y], xerr=[[(d - ci[0]) * 100], [(ci[1] - d) * 100]], fmt="o", capsize=4,
                         color="#1f77b4")
-            ax.annotate(a.acc.delta.show(), (ci[1] * 100, y), fontsize=8, va="center", xytext=(6, 0),
+            ax.annotate(a.acc.delta.show(), (d * 100, y), fontsize=8, va="bottom", ha="center", xytext=(0, 5),
                         textcoords="offset points")
             any_drawn = True
         else:
@@ -199,10 +199,10 @@ def accuracy(sec: Section, c: Constraints) -> Picture | None:
     ax.axvline(0, color="grey", linewidth=0.8)
     if c.max_accuracy_drop is not None:
         ax.axvline(-c.max_accuracy_drop * 100, color="red", linestyle="--", linewidth=1)
-        ax.annotate(f"budget −{c.max_accuracy_drop * 100:g} pp", (-c.max_accuracy_drop * 100, ys[0] + 0.4),
-                    color="red", fontsize=8, ha="center")
+        ax.text(-c.max_accuracy_drop * 100, 0.01, f"budget −{c.max_accuracy_drop * 100:g} pp ", color="red",
+                fontsize=8, ha="right", va="bottom", transform=ax.get_xaxis_transform())
     ax.set_yticks(ys, labels=[a.arm for a in sec.arms])
-    ax.set_ylim(-0.8, len(sec.arms) - 0.2)
+    ax.set_ylim(-0.8, len(sec.arms) - 0.1)
     if not any_drawn:
         lim = (c.max_accuracy_drop or 0.01) * 100 * 2
         ax.set_xlim(-lim, lim)
