@@ -5,8 +5,8 @@
 #   node.sh payload                 join /root/stash/payload.p* (one tar of everything below, split to fit the calls)
 #                                   and unpack it into /root/stash: vllm.p*, sglang.p*, whl/, the SmolLM2 GGUF
 #   node.sh hfmodel                 export smollm2:hf-bf16 (quantrack.hfexport) from the GGUF into /root/qt-cache
-#   node.sh xengine                 in the background: the bf16 checkpoint through transformers, vLLM and SGLang on
-#                                   the same token ids (scripts/gpu/xengine.py; files in /root/xengine)
+#   node.sh xhf | xserve            in the background: the bf16 checkpoint through transformers (xhf), or vLLM and
+#                                   SGLang (xserve), on the same token ids (scripts/gpu/xengine.py; /root/xengine)
 #   node.sh unpack vllm|sglang      join /root/stash/<engine>.p* and unpack to /root/vs|/root/sg (vsite/)
 #   node.sh model                   start the random-weight Llama-3-8B checkpoint build in the background
 #   node.sh wheels [DIR]            install DIR/*.whl (default .whl; mlflow & co.) into /tmp/qt-site
@@ -35,18 +35,21 @@ case $cmd in
   hfmodel)
     mkdir -p "$QUANTRACK_CACHE"; cp -n /root/stash/SmolLM2-135M-Instruct.Q4_1.gguf "$QUANTRACK_CACHE"/ 2>/dev/null || true
     qtpy -c "from quantrack.models_ref import resolve; r = resolve('smollm2:hf-bf16', progress=print); print(r.path)" ;;
-  xengine)
+  xhf|xserve)
     mkbins; d=/root/xengine; mkdir -p $d; m=$(qtpy -c "from quantrack.models_ref import cached_path; print(cached_path('smollm2:hf-bf16'))")
     ids="$here/docs/gpu/xengine-ids.json"; x="$here/scripts/gpu/xengine.py"
+    if [ "$cmd" = xhf ]; then
     (setsid nohup bash -c "PYTHONPATH=$here python3 $x hf $m $ids $d/transformers-fp32.json > $d/hf.log 2>&1; \
       PYTHONPATH=$here python3 $x hf $m $ids $d/transformers-bf16.json --dtype bfloat16 >> $d/hf.log 2>&1; echo \$? > $d/hf.rc" < /dev/null > /dev/null 2>&1 &)
+    else
     (setsid nohup bash -c "PYTHONPATH=/tmp/qt-site:$here python3 $x serve-dump vllm $m $ids $d/vllm-bf16.json --util 0.08 \
       --arg=--attention-backend --arg=FLASH_ATTN --arg=--kv-cache-memory-bytes --arg=4294967296 --binary /root/bin/vllm \
       --env PYTHONPATH=/root/vs/vsite --env VLLM_USE_FLASHINFER_SAMPLER=0 --env VLLM_CACHE_ROOT=/root/xengine/vcache > $d/vllm.log 2>&1; echo \$? > $d/vllm.rc" < /dev/null > /dev/null 2>&1 &)
     (setsid nohup bash -c "PYTHONPATH=/tmp/qt-site:$here python3 $x serve-dump sglang $m $ids $d/sglang-bf16.json --util 0.2 \
       --arg=--attention-backend --arg=triton --arg=--disable-prefill-cuda-graph --binary /root/bin/sglang-launch \
       --env PYTHONPATH=/root/sg/vsite > $d/sglang.log 2>&1; echo \$? > $d/sglang.rc" < /dev/null > /dev/null 2>&1 &)
-    echo "xengine dumps started in $d" ;;
+    fi
+    echo "xengine $cmd started in $d" ;;
   unpack)
     eng=${1:?vllm|sglang}; dest=/root/vs; [ "$eng" = sglang ] && dest=/root/sg
     mkdir -p "$dest"; cat /root/stash/"$eng".p? | xz -d -T0 | tar -xf - -C "$dest"
