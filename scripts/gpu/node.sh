@@ -21,8 +21,9 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 cmd=${1:?usage: node.sh stash|unpack|model|wheels|qt|run|archive}; shift
 export PYTHONUNBUFFERED=1
 export QUANTRACK_CACHE=${QUANTRACK_CACHE:-/root/qt-cache}   # model references (smollm2:hf-bf16) are provisioned here
-qt() { PYTHONPATH="/tmp/qt-site:$here" python3 -m quantrack.cli "$@"; }
-qtpy() { PYTHONPATH="/tmp/qt-site:$here" python3 "$@"; }
+# from $here: `python3 -m` / `-c` put the working directory first on sys.path, and it may hold another quantrack
+qt() { (cd "$here" && PYTHONPATH="/tmp/qt-site:$here" python3 -m quantrack.cli "$@"); }
+qtpy() { (cd "$here" && PYTHONPATH="/tmp/qt-site:$here" python3 "$@"); }
 mkbins() {  # engine entry points over the carried bundles
   mkdir -p /root/bin
   printf '#!/bin/sh\nexec python3 -c "import sys; from vllm.entrypoints.cli.main import main; sys.argv[0]=\\"vllm\\"; sys.exit(main())" "$@"\n' > /root/bin/vllm
@@ -39,13 +40,13 @@ case $cmd in
     mkbins; d=/root/xengine; mkdir -p $d; m=$(qtpy -c "from quantrack.models_ref import cached_path; print(cached_path('smollm2:hf-bf16'))")
     ids="$here/docs/gpu/xengine-ids.json"; x="$here/scripts/gpu/xengine.py"
     if [ "$cmd" = xhf ]; then
-    (setsid nohup bash -c "PYTHONPATH=$here python3 $x hf $m $ids $d/transformers-fp32.json > $d/hf.log 2>&1; \
+    (setsid nohup bash -c "cd $here; PYTHONPATH=$here python3 $x hf $m $ids $d/transformers-fp32.json > $d/hf.log 2>&1; \
       PYTHONPATH=$here python3 $x hf $m $ids $d/transformers-bf16.json --dtype bfloat16 >> $d/hf.log 2>&1; echo \$? > $d/hf.rc" < /dev/null > /dev/null 2>&1 &)
     else
-    (setsid nohup bash -c "PYTHONPATH=/tmp/qt-site:$here python3 $x serve-dump vllm $m $ids $d/vllm-bf16.json --util 0.08 \
+    (setsid nohup bash -c "cd $here; PYTHONPATH=/tmp/qt-site:$here python3 $x serve-dump vllm $m $ids $d/vllm-bf16.json --util 0.08 \
       --arg=--attention-backend --arg=FLASH_ATTN --arg=--kv-cache-memory-bytes --arg=4294967296 --binary /root/bin/vllm \
       --env PYTHONPATH=/root/vs/vsite --env VLLM_USE_FLASHINFER_SAMPLER=0 --env VLLM_CACHE_ROOT=/root/xengine/vcache > $d/vllm.log 2>&1; echo \$? > $d/vllm.rc" < /dev/null > /dev/null 2>&1 &)
-    (setsid nohup bash -c "PYTHONPATH=/tmp/qt-site:$here python3 $x serve-dump sglang $m $ids $d/sglang-bf16.json --util 0.2 \
+    (setsid nohup bash -c "cd $here; PYTHONPATH=/tmp/qt-site:$here python3 $x serve-dump sglang $m $ids $d/sglang-bf16.json --util 0.2 \
       --arg=--attention-backend --arg=triton --arg=--disable-prefill-cuda-graph --binary /root/bin/sglang-launch \
       --env PYTHONPATH=/root/sg/vsite > $d/sglang.log 2>&1; echo \$? > $d/sglang.rc" < /dev/null > /dev/null 2>&1 &)
     fi
