@@ -172,6 +172,22 @@ def _catalog_gpu(gpu: Any) -> GPU:
     return replace(base, nvml_total_mib=int(gpu.memory_bytes // 2**20))
 
 
+def _checkpoint_findings(req: PreflightRequest, arm: Arm) -> list[Any]:
+    """A reject when the arm's weights are not what the Hub checkpoint stores (quantization_config)."""
+    if req.model is None or getattr(req.model, "checkpoint", None) is None or arm.model:
+        return []  # an arm with its own model file is not served from this checkpoint
+    from quantrack.capacity import checkpoint_mismatch
+    from quantrack.rulebook import Verdict
+
+    problem = checkpoint_mismatch(req.model, arm)
+    if not problem:
+        return []
+    fmt = req.model.checkpoint.weight_format if req.model.checkpoint else None
+    return [Verdict("model-checkpoint-format", "reject", problem,
+                    fix=f"serve this checkpoint with weights={fmt}" if fmt else "use an unquantized checkpoint",
+                    source=f"{req.model.hf_id or req.model.name} config.json quantization_config")]
+
+
 def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any] | None, str | None]:
     if req.model is None:
         return None, "no model given (--model/--config/--gguf/--params): capacity not derived"
@@ -267,6 +283,7 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
         label = facts.name if not hasattr(gpu, "index") else f"{gpu.index}:{facts.name}"
         for arm in req.arms:
             verdicts = evaluate(gpu, arm, req.engine, req.engine_version, req.cuda, req.mig, ctx)
+            verdicts = [*verdicts, *_checkpoint_findings(req, arm)]
             verdict = overall(verdicts)
             try:
                 flags = engine_flags(req.engine, arm, req.engine_version)
@@ -337,9 +354,9 @@ def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     study, unprovisioned = peek_model_refs(_apply_overrides(load_study(path), overrides))
     model = None
     if study.model.name:
-        from quantrack.catalog import get_model
+        from quantrack.hub import resolve_model
 
-        model = get_model(study.model.name)
+        model = resolve_model(study.model.name)
     elif study.model.config:
         from quantrack.hfconfig import load_hf_config
 

@@ -35,7 +35,9 @@ def model_from_options(opts: dict[str, Any]) -> Any:
     if len(sources) > 1:
         raise BadInput(f"give one model source, not {' and '.join(sources)}")
     if opts.get("model"):
-        return catalog.get_model(opts["model"])
+        from quantrack.hub import resolve_model
+
+        return resolve_model(opts["model"])
     if opts.get("config"):
         from quantrack.hfconfig import load_hf_config
 

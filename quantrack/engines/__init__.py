@@ -140,7 +140,8 @@ def reconcile(path: str | Path, model: str, gpu: str | None = None, util: float 
     ``max_num_batched_tokens`` / ``max_num_seqs``: the settings vLLM profiled with (None: its defaults).
     """
     from quantrack.capacity import GiB, predict_for_arm
-    from quantrack.catalog import get_gpu, get_model
+    from quantrack.catalog import get_gpu
+    from quantrack.hub import resolve_model
 
     for name, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
         if value is not None and value < 1:
@@ -154,7 +155,7 @@ def reconcile(path: str | Path, model: str, gpu: str | None = None, util: float 
     if report.engine == "vllm":  # the settings the log says it ran with ("non-default args"), unless given
         max_num_batched_tokens = max_num_batched_tokens or report.extra.get("max_num_batched_tokens")
         max_num_seqs = max_num_seqs or report.extra.get("max_num_seqs")
-    shape = get_model(model)
+    shape = resolve_model(model)  # a catalog name, or ORG/NAME[@REV] from the Hub (headers)
     arm = arm_from_report(report)
     ctx = context_len or report.max_concurrency_context or report.extra.get("max_model_len") \
         or report.extra.get("n_ctx")
