@@ -188,3 +188,23 @@ def test_refuses_what_it_cannot_export_and_writes_nothing(tmp_path: Path) -> Non
     with pytest.raises(BadInput, match="only 'llama'"):
         hfexport.export_hf(tmp_path / "q.gguf", tmp_path / "hf2")
     assert not list(tmp_path.glob("hf*"))
+
+
+def test_model_reference_hf_bf16_is_known_and_cached_by_its_marker(tmp_path: Path) -> None:
+    """smollm2:hf-bf16 parses, and cached_path answers from the export's marker file (never exports itself)."""
+    import os
+
+    from quantrack import gguf_models, models_ref
+
+    assert models_ref.parse_ref("smollm2:hf-bf16") == ("smollm2", models_ref.HF_BF16)
+    src = tmp_path / gguf_models.SMOLLM2_FILE
+    make_gguf(src)
+    dst = tmp_path / "SmolLM2-135M-Instruct.hf-bf16"
+    assert models_ref.cached_path("smollm2:hf-bf16", cache_dir=tmp_path) is None  # not exported yet
+    hfexport.export_hf(src, dst)
+    assert models_ref.cached_path("smollm2:hf-bf16", cache_dir=tmp_path) == dst
+    later = (dst / hfexport.MARKER).stat().st_mtime + 10
+    os.utime(src, (later, later))  # a newer checkpoint makes the export stale
+    assert models_ref.cached_path("smollm2:hf-bf16", cache_dir=tmp_path) is None
+    with pytest.raises(BadInput, match="HF-BF16"):
+        models_ref.cached_path("smollm2:hf-fp4", cache_dir=tmp_path)
