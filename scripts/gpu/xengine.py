@@ -6,11 +6,14 @@ compared with quantrack's own KL estimator (quantrack.accuracy.kl.position_stats
 engines serving identical weights is the floor below which an arm's KL is not a quantization effect.
 
   xengine.py ids OUT.json --tokenizer DIR [--tokens 4000]       token ids of the KL texts (GSM8K q + answer)
-  xengine.py serve-dump vllm|sglang DIR IDS OUT [--util U] [--arg A]... [--env K=V]... [--binary B]
+  xengine.py serve-dump vllm|sglang|llamacpp MODEL IDS OUT [--util U] [--arg A]... [--env K=V]... [--binary B]
                                                                  start a bf16 server on DIR (quantrack's adapter),
                                                                  dump top-k, stop it
   xengine.py dump vllm|sglang|llamacpp URL IDS OUT               dump top-k from a running server
   xengine.py hf DIR IDS OUT [--dtype float32]                    transformers on the GPU (or CPU), same ids
+  xengine.py f32-gguf SRC.gguf OUT.gguf                          the GGUF with every tensor replaced by exactly the
+                                                                 bf16 values the export writes, stored F32, in
+                                                                 llama.cpp's row order (for llama.cpp on the CPU)
   xengine.py compare BASE.json CAND.json [--out R.json]         KL(BASE || CAND), top-1 agreement, bootstrap CI
 """
 
@@ -74,7 +77,8 @@ def cmd_serve_dump(args: argparse.Namespace) -> None:
     from quantrack.engines.lifecycle import server_for_arm
 
     env = dict(e.split("=", 1) for e in args.env)
-    arm = Arm(name=f"xengine-{args.engine}", weights="bf16", baseline=True)
+    arm = Arm(name=f"xengine-{args.engine}", weights="bf16", baseline=True,
+              model=args.model if args.engine == "llamacpp" else None)
     srv = server_for_arm(args.engine, args.model, arm, context_len=2048, util=args.util, extra_args=tuple(args.arg),
                          env=env, binary=args.binary, log_path=str(Path(args.out).with_suffix(".server.log")),
                          startup_timeout=900)
@@ -108,6 +112,34 @@ def cmd_hf(args: argparse.Namespace) -> None:
             "wall_s": round(time.perf_counter() - t0, 2), "model": args.model}
     Path(args.out).write_text(json.dumps({"meta": meta, "texts": rows}))
     print(f"{meta['engine']}: {meta['positions']} positions in {meta['wall_s']} s -> {args.out}")
+
+
+def cmd_f32_gguf(args: argparse.Namespace) -> None:
+    import gguf
+    import numpy as np
+
+    from quantrack import hfexport
+
+    r = gguf.GGUFReader(args.src)
+    w = gguf.GGUFWriter(args.out, str(r.fields["general.architecture"].contents()))
+    for name, fld in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name == "general.file_type":
+            w.add_uint32(name, int(gguf.LlamaFileType.ALL_F32))
+            continue
+        vt = fld.types[0]
+        sub = fld.types[1] if vt == gguf.GGUFValueType.ARRAY and len(fld.types) > 1 else None
+        w.add_key_value(name, fld.contents(), vt, sub_type=sub)
+    for t in r.tensors:
+        v = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        v = hfexport.bf16_to_f32(hfexport.bf16_bits(v))  # the export's values; Q/K stay in GGUF row order
+        w.add_tensor(t.name, np.ascontiguousarray(v), raw_dtype=gguf.GGMLQuantizationType.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{len(r.tensors)} tensors -> {args.out}")
 
 
 def compare(base_path: str, cand_path: str) -> dict[str, Any]:
@@ -157,7 +189,7 @@ def main(argv: list[str]) -> None:
         p.add_argument(a)
     p.set_defaults(fn=cmd_dump)
     p = sub.add_parser("serve-dump")
-    p.add_argument("engine", choices=["vllm", "sglang"])
+    p.add_argument("engine", choices=["vllm", "sglang", "llamacpp"])
     for a in ("model", "ids", "out"):
         p.add_argument(a)
     p.add_argument("--util", type=float, default=None)
@@ -170,6 +202,10 @@ def main(argv: list[str]) -> None:
         p.add_argument(a)
     p.add_argument("--dtype", default="float32")
     p.set_defaults(fn=cmd_hf)
+    p = sub.add_parser("f32-gguf")
+    p.add_argument("src")
+    p.add_argument("out")
+    p.set_defaults(fn=cmd_f32_gguf)
     p = sub.add_parser("compare")
     p.add_argument("base")
     p.add_argument("cand")
