@@ -10,7 +10,7 @@ session (the fp8 and fp8-kv logs of one session are not independent).
     python bench/capacity_loo.py            # prints the markdown table of docs/capacity-model.md §7.4
 
 Logs: tests/data/logs/h200-default (copies of ../shared/data/{vllm,sglang}-h200, session 1),
-tests/data/logs/h200-util045 (session 2), tests/data/public-logs (public threads; each file names its source).
+tests/data/logs/h200-util045 (session 2), tests/data/public-logs (public threads; each file's .meta sidecar names its source).
 Excluded, with the reason printed in the table's footer: logs whose GPU is not stated, whose KV figure is not
 positive, or whose model is multimodal (the profile run is the vision encoder's).
 """

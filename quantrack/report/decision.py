@@ -154,32 +154,35 @@ class Constraints:
 
 
 def constraints_from_table(table: Any, where: str, base_dir: Path | None = None) -> Constraints:
-    """The study file's ``[decision]`` table -> Constraints (every key checked; one-line errors)."""
+    """The study file's ``[decision]`` table -> Constraints (every key checked; one-line errors). ``where`` prefixes
+    the messages ("" when the caller adds the file's name itself)."""
+    sources = (where,) if where else ()
+    where = f"{where}: [decision]" if where else "[decision]"
     if not isinstance(table, dict):
-        raise BadInput(f"{where}: [decision] must be a table")
+        raise BadInput(f"{where} must be a table")
     extra = set(table) - set(DECISION_KEYS)
     if extra:
         k = min(extra)
-        raise BadInput(f"{where}: [decision] unknown key {k!r}{did_you_mean(k, DECISION_KEYS)}; "
+        raise BadInput(f"{where} unknown key {k!r}{did_you_mean(k, DECISION_KEYS)}; "
                        f"keys: {', '.join(DECISION_KEYS)}")
     slo = table.get("slo", [])
     if isinstance(slo, str):
         slo = [slo]
     if not isinstance(slo, list):
-        raise BadInput(f"{where}: [decision] slo must be a list of strings like 'tpot_p99<=30ms@64'")
-    slos = tuple(parse_slo(s, f"{where}: [decision] slo") for s in slo)
+        raise BadInput(f"{where} slo must be a list of strings like 'tpot_p99<=30ms@64'")
+    slos = tuple(parse_slo(s, f"{where} slo") for s in slo)
     drop = table.get("max_accuracy_drop")
     kl = table.get("max_kl")
     prices = table.get("prices")
     if prices is not None and not isinstance(prices, str):
-        raise BadInput(f"{where}: [decision] prices must be a path to a prices TOML")
+        raise BadInput(f"{where} prices must be a path to a prices TOML")
     if prices and base_dir is not None and not Path(prices).is_absolute():
         prices = str(base_dir / prices)
     return Constraints(
         slos=slos,
-        max_accuracy_drop=None if drop is None else parse_accuracy_drop(drop, f"{where}: [decision] max_accuracy_drop"),
-        max_kl=None if kl is None else parse_max_kl(kl, f"{where}: [decision] max_kl"),
-        prices=prices or None, sources=(where,))
+        max_accuracy_drop=None if drop is None else parse_accuracy_drop(drop, f"{where} max_accuracy_drop"),
+        max_kl=None if kl is None else parse_max_kl(kl, f"{where} max_kl"),
+        prices=prices or None, sources=sources)
 
 
 def merge_constraints(flags: Constraints, base: Constraints | None) -> Constraints:
