@@ -13,7 +13,7 @@ PARENT = "parent"  # --log-to-run alone: the experiment's newest study parent ru
               help="Latency objective METRIC_STAT<=VALUE(ms|s)@CONCURRENCY, e.g. 'tpot_p99<=30ms@64' "
                    "(repeatable; metrics ttft/tpot/e2e, stats p50/p90/p99/mean: what the sweep records).")
 @click.option("--max-accuracy-drop", default=None, metavar="PP",
-              help="GSM8K budget vs the baseline, e.g. 1pp: judged on Δ's 95%% interval, not its point estimate.")
+              help="GSM8K budget vs the baseline, e.g. 1pp: judged on Δ's 95% interval, not its point estimate.")
 @click.option("--max-kl", default=None, metavar="NATS", help="Budget on the mean KL(baseline ‖ arm), e.g. 0.01.")
 @click.option("--prices", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="GPU prices (TOML, [[price]] tables) for the derived cost per 1M output tokens "
