@@ -344,6 +344,7 @@ class ArmDecision:
     contention: list[str] | None  # None: not recorded
     verdict: str = V_CANNOT
     reasons: list[str] = field(default_factory=list)
+    rule_messages: dict[str, str] = field(default_factory=dict)  # warning -> the rule's message (preflight artifact)
     skipped: dict[str, int] = field(default_factory=dict)
 
 
@@ -614,6 +615,19 @@ def _rule_warnings(r: RunRow) -> list[str]:
     return []
 
 
+def _rule_messages(r: RunRow, uri: str | None) -> dict[str, str]:
+    """The rulebook's message for each non-allow verdict, from the run's preflight/verdicts.json (when readable)."""
+    try:
+        items = json.loads(read_artifact(r, "preflight/verdicts.json", uri) or "[]")
+    except ValueError:
+        return {}
+    out = {}
+    for v in items if isinstance(items, list) else []:
+        if isinstance(v, dict) and v.get("verdict") in ("warn", "reject") and v.get("rule") and v.get("message"):
+            out[f"rulebook {v['verdict']}: {v['rule']}"] = str(v["message"])
+    return out
+
+
 def _fallbacks(r: RunRow) -> list[str]:
     fb = r.tags.get("quantrack.fallback")
     if fb != "yes":
@@ -696,6 +710,8 @@ def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, pr
         levels=levels, slo_checks=checks, slo_level=level, throughput=tps, throughput_x=tps_x,
         cost=_cost(r, level, tps, prices), acc=acc, kl=kl, top1=top1, kl_status=kl_status,
         warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r))
+    if a.warnings:
+        a.rule_messages = _rule_messages(r, uri)
     _verdict(a, c)
     return a
 
@@ -742,7 +758,9 @@ def _verdict(a: ArmDecision, c: Constraints) -> None:
             else:
                 acc_unknown = True
                 reasons.append("KL not measured: the KL budget cannot be cleared")
-    reasons += [f"warning: {w}" for w in a.warnings + a.fallbacks]
+    reasons += [f"warning: {w}" + (f" — {a.rule_messages[w]}" if w in a.rule_messages else "")
+                for w in a.warnings]
+    reasons += [f"warning: {w}" for w in a.fallbacks]
     if a.contention:
         reasons += [f"contention: {x}" for x in a.contention]
     if misses or acc_bad:

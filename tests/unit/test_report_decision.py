@@ -90,6 +90,9 @@ def test_fallback_and_rulebook_warning_are_reasons(report) -> None:  # type: ign
     assert len(a.fallbacks) == 1 and "fp8_marlin" in a.fallbacks[0]
     assert "Your GPU does not have native support for FP8 computation" in a.fallbacks[0]
     assert any(r.startswith("warning: fallback fp8_marlin") for r in a.reasons)
+    # the rule's message, from the run's preflight/verdicts.json artifact
+    assert ("warning: rulebook warn: vllm-fp8-marlin-forced — This arm measures the fallback, not native FP8."
+            in a.reasons)
     assert a.run_id in a.fallbacks[0]
     html = to_html(report)
     assert "⚠ warnings" in html and "vllm-fp8-marlin-forced" in html
