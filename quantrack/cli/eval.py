@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from quantrack.cli.options import setting_option
 from quantrack.errors import BadInput
+from quantrack.study import EngineSpec, EvalSpec
 
 # sub-commands written in other modules, imported on first use; a missing module just hides the command
 LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {"kl": ("quantrack.cli.eval_kl", "kl")}
@@ -49,20 +51,18 @@ def _progress(done: int, total: int, errors: int) -> None:
 
 
 @click.group("eval", cls=EvalGroup, invoke_without_command=True)
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
-              help="Engine behind --base-url (recorded with the result).")
+@setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine behind --base-url (recorded with the result).")
 @click.option("--base-url", default=None, metavar="URL", help="The running server, e.g. http://127.0.0.1:8000.")
-@click.option("--task", default="gsm8k", show_default=True, help="Accuracy task (gsm8k).")
-@click.option("--num-questions", default=1319, show_default=True, type=int,
-              help="First N test questions (report the full 1319).")
-@click.option("--num-shots", default=5, show_default=True, type=int, help="Few-shot exemplars from the train split.")
-@click.option("--max-tokens", default=256, show_default=True, type=int, help="Max new tokens per answer.")
+@setting_option(EvalSpec, "task", default="gsm8k", help="Accuracy task.")
+@setting_option(EvalSpec, "num_questions")
+@setting_option(EvalSpec, "num_shots", help="Few-shot exemplars from the train split.")
+@setting_option(EvalSpec, "max_tokens")
 @click.option("--temperature", default=0.0, show_default=True, type=float)
-@click.option("--seed", default=None, type=int,
-              help="Request seed [default: 42 with --style vllm, 1234 with --style lm-eval, each tool's own].")
-@click.option("--concurrency", default=8, show_default=True, type=int, help="Requests in flight.")
-@click.option("--style", type=click.Choice(["vllm", "lm-eval"]), default="vllm", show_default=True,
-              help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.")
+@setting_option(EvalSpec, "seed", default=None,
+                help="Request seed [default: 42 with --style vllm, 1234 with --style lm-eval, each tool's own].")
+@setting_option(EvalSpec, "concurrency")
+@setting_option(EvalSpec, "style", help="vllm: vLLM gsm8k_eval.py (first five train examples, last integer); "
+                "lm-eval: lm-evaluation-harness gsm8k (its seeded exemplar draws, strict/flexible match).")
 @click.option("--fewshot-sampler", type=click.Choice(["first_n", "lm-eval"]), default=None,
               help="Exemplars: first_n = train rows 0..k-1 (vLLM gsm8k_eval.py, lm-eval first_n); lm-eval = "
                    "lm-eval's default sampler, k random train rows per question [default: the --style's own].")

@@ -58,12 +58,8 @@ def logged(store_uri: str) -> list[RunRow]:
 
 
 @pytest.fixture(scope="module")
-def shared_data_module() -> Path:
-    from tests.conftest import SHARED_DATA
-
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    return SHARED_DATA
+def shared_data_module(real_data: Path) -> Path:
+    return real_data
 
 
 def _normalize(text: str) -> str:
