@@ -455,14 +455,7 @@ def run_gsm8k(
     """
     if style not in STYLES:
         raise unknown("style", style, STYLES)
-    sampler = default_sampler(style) if fewshot_sampler is None else fewshot_sampler
-    if sampler not in SAMPLERS:
-        raise unknown("few-shot sampler", sampler, SAMPLERS)
-    if sampler == "first_n" and fewshot_seed is not None:
-        raise BadInput("--fewshot-seed applies to --fewshot-sampler lm-eval only (first_n draws nothing)")
-    shot_seed = (LM_EVAL_FEWSHOT_SEED if fewshot_seed is None else fewshot_seed) if sampler == "lm-eval" else None
-    if seed is None:
-        seed = VLLM_REQUEST_SEED if style == "vllm" else LM_EVAL_REQUEST_SEED
+    sampler, shot_seed, seed = _sampling(style, fewshot_sampler, fewshot_seed, seed)
     if not 1 <= num_questions <= FULL_TEST_SIZE:
         raise BadInput(f"--num-questions {num_questions}: must be 1..{FULL_TEST_SIZE}")
     if num_shots < 0:
@@ -521,6 +514,20 @@ def run_gsm8k(
                 writer.close()
     return result_from_records(records, num_questions=num_questions, style=style,
                                records_path=str(path) if path else None, settings=settings)
+
+
+def _sampling(style: str, fewshot_sampler: str | None, fewshot_seed: int | None, seed: int | None
+              ) -> tuple[str, int | None, int]:
+    """(sampler, its seed or None for first_n, request seed): each defaults to the style's own tool."""
+    sampler = default_sampler(style) if fewshot_sampler is None else fewshot_sampler
+    if sampler not in SAMPLERS:
+        raise unknown("few-shot sampler", sampler, SAMPLERS)
+    if sampler == "first_n" and fewshot_seed is not None:
+        raise BadInput("--fewshot-seed applies to --fewshot-sampler lm-eval only (first_n draws nothing)")
+    shot_seed = (LM_EVAL_FEWSHOT_SEED if fewshot_seed is None else fewshot_seed) if sampler == "lm-eval" else None
+    if seed is None:
+        seed = VLLM_REQUEST_SEED if style == "vllm" else LM_EVAL_REQUEST_SEED
+    return sampler, shot_seed, seed
 
 
 def _served_model(client: Any, url: str) -> str | None:
