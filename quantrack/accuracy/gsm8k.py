@@ -507,8 +507,8 @@ def run_gsm8k(
         records: dict[int, QuestionRecord] = dict(done)
         try:
             _ask_all(client, todo, prompts, shot_ids, data, style=style, max_tokens=max_tokens,
-                     temperature=temperature, seed=seed, model=model, concurrency=concurrency, writer=writer, records=records,
-                     progress=progress, already=len(done), total=num_questions)
+                     temperature=temperature, seed=seed, model=model, concurrency=concurrency, writer=writer,
+                     records=records, progress=progress, already=len(done), total=num_questions)
         finally:
             if writer is not None:
                 writer.close()
