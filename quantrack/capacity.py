@@ -436,11 +436,15 @@ def predict_engine(
     n_parallel: int = 1,
     kv_unified: bool = False,
     reserve_bytes: float | None = None,
+    kv_cache_memory_bytes: float | None = None,
 ) -> EnginePrediction:
     """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``).
 
     ``reserve_bytes`` replaces the engine's one calibrated constant (vLLM ``VLLM_NON_TORCH_BYTES``, SGLang
     ``SGLANG_PRELOAD_USED_BYTES``): out-of-sample validation refits it without the log it then predicts.
+    ``kv_cache_memory_bytes``: vLLM's ``--kv-cache-memory-bytes``, which replaces the whole profile
+    (``Worker.determine_available_memory`` returns it, ignoring gpu_memory_utilization:
+    vllm@4ba787ec9:vllm/v1/worker/gpu_worker.py:L656-L681, engine-facts §3).
     """
     check_shape(shape)
     if engine not in ENGINES:
@@ -467,10 +471,13 @@ def predict_engine(
     if tp > 1:
         assumptions.append(f"TP {tp}: weights split evenly; {kv_heads_per_rank(shape, tp)} KV head(s) per rank; "
                            "NCCL buffers not modelled")
+    if kv_cache_memory_bytes is not None and engine != "vllm":
+        raise BadInput(f"kv_cache_memory_bytes is vLLM's --kv-cache-memory-bytes; {engine} has no such setting")
     if engine == "vllm":
         return _predict_vllm(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, max_num_seqs,
                              tp, gpu_name, block_size, weights, per_token, naive, assumptions,
-                             VLLM_NON_TORCH_BYTES if reserve_bytes is None else reserve_bytes)
+                             VLLM_NON_TORCH_BYTES if reserve_bytes is None else reserve_bytes,
+                             kv_cache_memory_bytes)
     return _predict_sglang(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, tp, page_size,
                            weights, per_token, naive, assumptions,
                            SGLANG_PRELOAD_USED_BYTES if reserve_bytes is None else reserve_bytes)
@@ -479,7 +486,7 @@ def predict_engine(
 def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: float | None, ctx: int,
                   mnbt: int | None, mns: int | None, tp: int, gpu_name: str | None, block_size: int,
                   weights: float, per_token: float, naive: int, assumptions: list[str],
-                  non_torch: float = VLLM_NON_TORCH_BYTES) -> EnginePrediction:
+                  non_torch: float = VLLM_NON_TORCH_BYTES, fixed_kv: float | None = None) -> EnginePrediction:
     util = DEFAULT_UTIL if util is None else util
     d_tokens, d_seqs = _vllm_defaults(total, gpu_name)
     tokens_batched = mnbt or d_tokens
@@ -503,6 +510,10 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
     # dummy sampler run: fp32 logits for max_num_seqs requests over the full vocabulary.
     sampler = seqs * vocab * 4
     kv_bytes = requested - weights - activation - sampler - non_torch
+    if fixed_kv is not None:  # --kv-cache-memory-bytes: the profile's figure is replaced by the user's
+        kv_bytes = float(fixed_kv)
+        assumptions.append(f"--kv-cache-memory-bytes {int(fixed_kv)}: KV memory fixed per worker, "
+                           "gpu_memory_utilization and the profile do not set it")
     extra_settings: dict[str, Any] = {}
     if shape.sliding_layers:
         tokens, blocks, rounding, extra_settings = _vllm_hybrid_tokens(shape, kv_bytes, per_token, block_size,

@@ -302,7 +302,8 @@ def _narrow_gsm8k(m: dict[str, float]) -> str:
         return FILL
     if lo is None or hi is None:
         return gsm8k_cell(m)
-    return f"{acc * 100:.1f}% [{lo * 100:.0f}–{hi * 100:.0f}]"
+    d = 1 if hi - lo < 0.10 else 0  # a narrow interval (large n) keeps a decimal: [1–3] would hide it
+    return f"{acc * 100:.1f}% [{lo * 100:.{d}f}–{hi * 100:.{d}f}]"
 
 
 def _capacity_cell(m: dict[str, float]) -> str:

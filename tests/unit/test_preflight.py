@@ -317,7 +317,7 @@ def test_unknown_model_reference_is_bad_input(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys, "--study", str(path))
     assert code == 2 and out == ""
     assert err == ("quantrack: error: model reference 'smollm2:Q5_0': no type Q5_0 (did you mean 'Q8_0'?); "
-                   "smollm2 has: F16, Q8_0, Q4_0, Q4_1\n")
+                   "smollm2 has: F16, Q8_0, Q4_0, Q4_1, HF-BF16\n")
 
 
 # --- NVML facts per GPU (fake pynvml: our mapping code, not a GPU) ----------------------------------------
