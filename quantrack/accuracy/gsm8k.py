@@ -384,12 +384,17 @@ def run_gsm8k(
     data_dir: str | Path | None = None,
     engine: str | None = None,
     progress: ProgressFn | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> EvalResult:
     """Ask the first ``num_questions`` GSM8K test questions, score them, write one record each.
 
     A server error on a question is recorded (``error`` set) and counted separately; accuracy is
     over answered questions. ``resume`` skips questions already answered in ``records_path``.
+    ``timeout_s`` bounds each request (read; connect 10 s): a server that never answers fails within it.
     """
+    from quantrack.measure.client import check_timeout, http_timeout
+
+    check_timeout(timeout_s)
     if style not in STYLES:
         raise unknown("style", style, STYLES)
     if not 1 <= num_questions <= FULL_TEST_SIZE:
@@ -430,7 +435,7 @@ def run_gsm8k(
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S) as client:
+    with httpx.Client(base_url=url, headers=headers, timeout=http_timeout(timeout_s)) as client:
         if todo and model is None:
             model = _served_model(client, url)
         settings["model"] = model
@@ -456,7 +461,9 @@ def _served_model(client: Any, url: str) -> str | None:
     try:
         resp = client.get("/v1/models")
     except httpx.HTTPError as exc:
-        raise EngineError(f"cannot reach the server at {url}: {type(exc).__name__}: {exc}") from None
+        from quantrack.measure.client import describe_error
+
+        raise EngineError(f"cannot reach the server at {url}: {describe_error(exc)}") from None
     if resp.status_code in (401, 403):
         raise EngineError(f"{url}/v1/models answered HTTP {resp.status_code}: pass --api-key or set OPENAI_API_KEY")
     if resp.status_code != 200:
