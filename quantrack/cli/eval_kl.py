@@ -32,7 +32,6 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
     """
     from quantrack.accuracy.kl import run_kl
     from quantrack.accuracy.texts import load_texts
-
     from quantrack.tracking import check_writable
 
     check_writable(out, "--out")
