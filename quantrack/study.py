@@ -53,6 +53,9 @@ class EngineSpec:
     host: str = "127.0.0.1"
     port: int = 0  # 0 = pick a free port
     ready_timeout_s: float = 900.0
+    # seconds one request to the engine may take (read; connect 10 s); 0 = each step's own default
+    # (latency 60, sweep 300, eval 600, kl 300)
+    request_timeout_s: float = 0.0
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     binary: str | None = None  # e.g. path to llama-server / python for vllm
@@ -191,6 +194,12 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
     if engine.kind not in ENGINES:
         raise bad(f"[engine] kind {engine.kind!r} is unknown{did_you_mean(engine.kind, ENGINES)}; "
                   f"engines: {', '.join(ENGINES)}")
+    if "request_timeout_s" in (data.get("engine") or {}):
+        import math
+
+        t = engine.request_timeout_s
+        if not math.isfinite(t) or t <= 0:
+            raise bad(f"[engine] request_timeout_s must be a finite number of seconds > 0, got {t!r}")
     gpu: GpuSpec = sections["gpu"]
     if not (0 < gpu.util <= 1):
         raise bad(f"[gpu] util must be in (0, 1], got {gpu.util}")

@@ -620,6 +620,8 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
     """Upload spooled runs (parents before children); skip runs already complete on the server."""
     say = progress or (lambda _m: None)
     result = SyncResult()
+    if uri:
+        resolve_uri(uri)  # a bad --tracking-uri is refused even when the spool is empty
     for d in partial_spool():  # never skipped in silence
         why = (f"partial spool entry {d} (its write was interrupted: no complete record.json); "
                "nothing to upload from it — inspect and delete it")
