@@ -416,6 +416,26 @@ def _is_connectivity_error(exc: BaseException) -> bool:
                                    "API request to", "503", "502", "504"))
 
 
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """The store's disk refused the write (full, read-only, I/O error): the record is spooled, not lost."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:  # mlflow/SQLAlchemy wrap the OSError or sqlite3 error
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _STORAGE_ERRNOS:
+            return True
+        text = str(cur).lower()
+        if any(s in text for s in ("database or disk is full", "no space left on device", "disk quota exceeded",
+                                   "attempt to write a readonly database", "read-only file system",
+                                   "disk i/o error")):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def find_run_by_uuid(client: Any, exp_id: str, run_uuid: str) -> Any | None:
     runs = client.search_runs([exp_id], filter_string=f"tags.`{TAG_UUID}` = '{run_uuid}'", max_results=5)
     return runs[0] if runs else None
@@ -754,9 +774,13 @@ class Tracker:
         except QuantrackError:
             raise
         except Exception as exc:  # noqa: BLE001 - classified below: connectivity spools, the rest is one line
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
             if is_remote(self.uri) and _is_connectivity_error(exc):
-                first = str(exc).splitlines()[0][:200] if str(exc) else ""
-                return self._spool(record, f"tracking server {self.uri} failed: {type(exc).__name__}: {first}")
+                return self._spool(record, f"tracking server {redact_text(self.uri)} failed: {type(exc).__name__}: "
+                                           f"{redact_text(first)}")
+            if _is_storage_error(exc):  # the store's disk is full or read-only: keep the run in the spool
+                return self._spool(record, f"tracking store {redact_text(self.uri)} could not write: "
+                                           f"{type(exc).__name__}: {redact_text(first)}")
             raise TrackingError(f"tracking store {self.uri} refused run {record.run_name!r}: "
                                 f"{str(exc).splitlines()[0][:300]}") from None
         self._on_server[record.uuid] = run_id
