@@ -390,7 +390,9 @@ class _Server:
         try:
             r = self._http.post(path, json=body)
         except httpx.HTTPError as exc:
-            raise EngineError(f"{self.role} server {self.url}{path}: {type(exc).__name__}: {exc}") from None
+            from quantrack.measure.client import describe_error
+
+            raise EngineError(f"{self.role} server {self.url}{path}: {describe_error(exc)}") from None
         if r.status_code != 200:
             raise EngineError(f"{self.role} server {self.url}{path}: HTTP {r.status_code}: "
                               f"{r.text[:200].strip()}")

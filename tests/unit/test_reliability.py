@@ -242,7 +242,11 @@ def test_cli_stderr_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
 # --- fleet job file, skypilot export, exposed servers ---------------------------------------------------------
 
 def test_fleet_job_dir_private(tmp_path: Path) -> None:
-    from quantrack.fleet.ray_runner import _private_workdir, _read_private, _write_private
+    from quantrack.fleet.ray_runner import (
+        _private_workdir,
+        _read_private,
+        _write_private,
+    )
 
     d = _private_workdir("exp", "H100/bf16", 1, "abcdef0123")
     try:
