@@ -50,9 +50,9 @@ _TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]{4,}"), r"\1" + REDACTED),
     # --api-key xxx / --api-key=xxx (and the other secret flags)
     (re.compile(r"(?i)(--(?:api[-_]key|hf[-_]token|token|auth[-_]token|admin[-_]api[-_]key|password"
-                r"|access[-_]token)(?:=|\s+))(?:(['\"])(?:(?!\2).)*\2|\S+)"), r"\1\2" + REDACTED + r"\2"),
+                r"|access[-_]token)(?:=|\s+))(?!\[REDACTED\])(?:(['\"])(?:(?!\2).)*\2|[^\s'\",;}\]]+)"), r"\1\2" + REDACTED + r"\2"),
     # --secret VALUE, but not `--secret NAME` (SkyPilot's flag takes an environment variable's name)
-    (re.compile(r"(?i)(--secret(?:=|\s+))(?!(?-i:[A-Z_][A-Z0-9_]*)(?:\s|$))(?:(['\"])(?:(?!\2).)*\2|\S+)"),
+    (re.compile(r"(?i)(--secret(?:=|\s+))(?!(?-i:[A-Z_][A-Z0-9_]*)(?:\s|$))(?!\[REDACTED\])(?:(['\"])(?:(?!\2).)*\2|[^\s'\",;}\]]+)"),
      r"\1\2" + REDACTED + r"\2"),
     # 'api_key': 'xxx' / "api_key": ["xxx"] / api_key='xxx' (engines print their args as dict reprs);
     # the value keeps its own quotes so JSON stays JSON
@@ -64,7 +64,7 @@ _TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # scheme://user:password@host -> scheme://user:[REDACTED]@host
     (re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:)[^\s@/'\"]+(@)"), r"\1" + REDACTED + r"\2"),
     # ENV_NAME=value for secret-named variables (HF_TOKEN=..., OPENAI_API_KEY=...)
-    (re.compile(r"\b([A-Z][A-Z0-9_]*(?:_TOKEN|_KEY|_SECRET|PASSWORD)=)(?:(['\"])(?:(?!\2).)*\2|\S+)"),
+    (re.compile(r"\b([A-Z][A-Z0-9_]*(?:_TOKEN|_KEY|_SECRET|PASSWORD)=)(?!\[REDACTED\])(?:(['\"])(?:(?!\2).)*\2|[^\s'\",;}\]]+)"),
      r"\1\2" + REDACTED + r"\2"),
     # Well-known token shapes, wherever they appear.
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), REDACTED),
@@ -104,6 +104,11 @@ def register_secret(*values: str | None) -> None:
 def forget_secrets() -> None:
     """Drop registered values (tests; a long-lived process between studies)."""
     _REGISTERED.clear()
+
+
+def strip_credentials(url: str) -> str:
+    """``scheme://user:password@host/...`` -> ``scheme://host/...`` (what may be written down of a URI)."""
+    return re.sub(r"(?i)^([a-z][a-z0-9+.\-]*://)[^/@\s]*@", r"\1", url)
 
 
 def url_passwords(text: str) -> list[str]:
@@ -246,5 +251,6 @@ __all__ = [
     "redact_text",
     "register_secret",
     "secret_values",
+    "strip_credentials",
     "url_passwords",
 ]

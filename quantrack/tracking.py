@@ -51,6 +51,7 @@ from quantrack.redact import (
     redact_mapping,
     redact_text,
     register_secret,
+    strip_credentials,
     url_passwords,
 )
 
@@ -552,7 +553,9 @@ def spool_record(record: RunRecord, target_uri: str, reason: str) -> Path:
         _private_dir(tmp)
         _materialize(rec, tmp / "artifacts")
         data = rec.to_json()
-        data.update({"target_uri": redact_text(target_uri, rec.secrets), "spooled_at_ms": now_ms(), "reason": reason,
+        # credentials are never written down: sync takes them from $MLFLOW_TRACKING_USERNAME/PASSWORD (mlflow's
+        # own variables) or from `sync --tracking-uri`
+        data.update({"target_uri": strip_credentials(target_uri), "spooled_at_ms": now_ms(), "reason": reason,
                      "artifact_paths": sorted([*rec.artifacts, *rec.artifact_files])})
         text = redact_text(json.dumps(data, indent=1, sort_keys=True), rec.secrets)
         with open(tmp / "record.json", "w", encoding="utf-8") as fh:
@@ -623,7 +626,8 @@ def _spool_terminate(target_uri: str, experiment: str, run_uuid: str, status: st
     except OSError as exc:
         raise _os_refusal(exc, ops) from None
     p = ops / f"{run_uuid}-terminate.json"
-    atomic_write_text(p, json.dumps({"op": "terminate", "target_uri": redact_text(target_uri), "experiment": experiment,
+    atomic_write_text(p, json.dumps({"op": "terminate", "target_uri": strip_credentials(target_uri),
+                                     "experiment": experiment,
                                      "uuid": run_uuid, "status": status, "end_ms": end_ms}), mode=_PRIVATE_FILE)
     return p
 

@@ -306,3 +306,17 @@ def test_exposure_warning(host: str, argv: list[str], expect: str | None) -> Non
 
     got = exposure_warning(host, argv)
     assert (got is None) if expect is None else (got is not None and expect in got)
+
+
+def test_spooled_record_is_json_and_holds_no_credentials() -> None:
+    """Found by the fault suite: a redacted `--api-key [REDACTED]` param swallowed the JSON quote after it, and
+    the spooled target URI kept a (redacted, hence unusable) password."""
+    rec = _record()
+    rec.param("engine_args", ["--api-key", KEY, "--seed", "1"])
+    rec.tag("error", f"usage: server: error: unrecognized arguments: --api-key {KEY}")
+    d = spool_record(rec, f"http://alice:{PROXY_PASS}@127.0.0.1:5000", "server down")
+    text = (d / "record.json").read_text()
+    data = json.loads(text)
+    assert KEY not in text and PROXY_PASS not in text
+    assert data["target_uri"] == "http://127.0.0.1:5000"
+    assert data["params"]["engine_args"] == f"--api-key {REDACTED} --seed 1"
