@@ -134,18 +134,49 @@ def test_paused_servers_fail_within_the_timeout(smollm2_q4_1: Path, tmp_path: Pa
             ["eval", "kl", "--baseline", url, "--candidate", url, "--engine", "llamacpp", "--timeout", "2",
              "--tokens", "10"],
         ]
+        study = tmp_path / "study.toml"
+        study.write_text(f"""
+name = "paused-engine"
+[model]
+gguf = "{smollm2_q4_1}"
+[engine]
+kind = "llamacpp"
+request_timeout_s = 2.0
+[gpu]
+name = "cpu"
+[latency]
+input_tokens = 16
+output_tokens = 8
+warmup = 0
+iterations = 2
+[[arms]]
+name = "q4_1"
+weights = "q4_1"
+model = "{smollm2_q4_1}"
+""", encoding="utf-8")
+        db = tmp_path / "store" / "mlflow.db"
         results = []
         with _paused(srv.pid):  # type: ignore[attr-defined]
             for argv in cases:
                 code, _out, err, took = _call(argv, capsys)
                 results.append((argv[0:2], code, _one_line(err), took))
+            # a study run against it: [engine] request_timeout_s bounds every step; the arm is logged FAILED
+            code, _out, err, took = _call(["run", str(study), "--arm", "q4_1", "--base-url", url, "--tracking-uri",
+                                           f"sqlite:///{db}", "--workdir", str(tmp_path / "work")], capsys)
+            assert code == 1 and took < 2 * 2 + SLACK_S, (code, took, err)
+            assert "[q4_1] FAILED at latency" in err and "timeout" in err, err
+            arm_runs = [r for r in _runs(db) if r["tags"].get("quantrack.role") == "arm"]
+            assert [r["status"] for r in arm_runs] == ["FAILED"], arm_runs
+            results.append((["run", "--base-url"], code, _one_line(err) if "quantrack: error" in err
+                            else "[q4_1] FAILED at latency: timeout", took))
         with _paused(mlf.proc.pid):  # type: ignore[union-attr]
             code, _out, err, took = _call(["compare", "--experiment", "x", "--tracking-uri", mlf.url,
                                            "--timeout", "2"], capsys)
             results.append((["compare"], code, _one_line(err), took))
         for what, code, line, took in results:
+            print(f"{' '.join(what)}: exit {code} in {took:.1f} s: {line}")
             assert code == 1, (what, code, line)
-            assert took < 2 + SLACK_S, (what, took, line)
+            assert took < 2 * (2 if what[0] == "run" else 1) + SLACK_S, (what, took, line)
             assert "timeout" in line or "unreachable" in line, (what, line)
         # and the servers were fine all along: after SIGCONT both answer
         assert httpx.get(url + "/health", timeout=30).status_code == 200
