@@ -118,11 +118,11 @@ def _main(argv: list[str] | None) -> Any:
     except click.exceptions.Abort:
         click.echo("quantrack: interrupted", err=True)
         sys.exit(130)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        # `quantrack eval` alone: the help text is the answer
-        click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message(), err=True)
-        sys.exit(exc.exit_code)
     except click.UsageError as exc:
+        if _NO_ARGS_HELP is not None and isinstance(exc, _NO_ARGS_HELP):
+            # click >= 8.2, `quantrack logs` alone: the help text is the answer (8.1 prints it and exits 0)
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
         # one line instead of click's Usage/Try/Error block
         where = f"; see `{exc.ctx.command_path} --help`" if exc.ctx is not None else ""
         _fail(exc.format_message().rstrip(".") + where, exc.exit_code)
@@ -147,6 +147,7 @@ def _main(argv: list[str] | None) -> Any:
     return None
 
 
+_NO_ARGS_HELP: type[click.UsageError] | None = getattr(click.exceptions, "NoArgsIsHelpError", None)
 # out of space / quota / I/O: the machine's fault, not the user's input
 _DEVICE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 

@@ -62,15 +62,15 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def exposure_warning(host: str, argv: list[str] | tuple[str, ...]) -> str | None:
+def exposure_warning(host: str, argv: list[str] | tuple[str, ...], subject: str = "--host") -> str | None:
     """A server bound beyond loopback (``0.0.0.0``, a LAN address) is reachable by anyone who can reach the
     machine; without ``--api-key`` its API (generation, and model loading on some engines) is open."""
     if host in _LOOPBACK or host.startswith("127."):
         return None
     keyed = any(a == "--api-key" or a.startswith("--api-key=") for a in argv)
     if keyed:
-        return f"--host {host}: the engine is reachable from the network (protected by its --api-key only)"
-    return (f"--host {host} exposes an unauthenticated engine to every machine that can reach this one; "
+        return f"{subject} {host}: the engine is reachable from the network (protected by its --api-key only)"
+    return (f"{subject} {host} exposes an unauthenticated engine to every machine that can reach this one; "
             "bind 127.0.0.1 (the default) or give the engine an --api-key")
 
 

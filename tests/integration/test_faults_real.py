@@ -163,7 +163,7 @@ model = "{smollm2_q4_1}"
             # a study run against it: [engine] request_timeout_s bounds every step; the arm is logged FAILED
             code, _out, err, took = _call(["run", str(study), "--arm", "q4_1", "--base-url", url, "--tracking-uri",
                                            f"sqlite:///{db}", "--workdir", str(tmp_path / "work")], capsys)
-            assert code == 1 and took < 2 * 2 + SLACK_S, (code, took, err)
+            assert code == 1 and took < 3 * 2 + 3 * SLACK_S, (code, took, err)
             assert "[q4_1] FAILED at latency" in err and "timeout" in err, err
             arm_runs = [r for r in _runs(db) if r["tags"].get("quantrack.role") == "arm"]
             assert [r["status"] for r in arm_runs] == ["FAILED"], arm_runs
@@ -176,7 +176,8 @@ model = "{smollm2_q4_1}"
         for what, code, line, took in results:
             print(f"{' '.join(what)}: exit {code} in {took:.1f} s: {line}")
             assert code == 1, (what, code, line)
-            assert took < 2 * (2 if what[0] == "run" else 1) + SLACK_S, (what, took, line)
+            # a run also creates its store and logs two runs (~20 s here under load): bounded, not instant
+            assert took < (2 + SLACK_S if what[0] != "run" else 3 * 2 + 3 * SLACK_S), (what, took, line)
             assert "timeout" in line or "unreachable" in line, (what, line)
         # and the servers were fine all along: after SIGCONT both answer
         assert httpx.get(url + "/health", timeout=30).status_code == 200

@@ -195,6 +195,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("run-bogus-tracking", ["run", "{study}", "--tracking-uri", "bogus://x"], "bogus"),
     ("run-plain-path-tracking", ["run", "{study}", "--tracking-uri", "mlruns"], "--tracking-uri"),
     ("run-unknown-arm", ["run", "{study}", "--arm", "Q9_9"], "Q9_9"),
+    ("run-workdir-under-file", ["run", "{study}", "--workdir", "{file}/sub"], "plain.txt/sub"),
     # the runner's --eval reader does not name the file yet: the CLI's UTF-8 line still holds
     ("log-binary-eval", ["log", "--study", "{study}", "--arm", "Q8_0", "--eval", "{bin}"], "UTF-8"),
     ("log-unknown-arm", ["log", "--study", "{study}", "--arm", "Q9_9", "--eval", "{file}"], "Q9_9"),
