@@ -779,7 +779,8 @@ class Tracker:
             raise
         except Exception as exc:  # noqa: BLE001 - classified below: connectivity spools, the rest is one line
             first = str(exc).splitlines()[0][:200] if str(exc) else ""
-            if is_remote(self.uri) and _is_connectivity_error(exc):
+            if is_remote(self.uri):
+                # unreachable, or answering garbage / errors: the run is kept in the spool, never lost
                 return self._spool(record, f"tracking server {redact_text(self.uri)} failed: {type(exc).__name__}: "
                                            f"{redact_text(first)}")
             if _is_storage_error(exc):  # the store's disk is full or read-only: keep the run in the spool

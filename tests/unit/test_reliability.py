@@ -320,3 +320,31 @@ def test_spooled_record_is_json_and_holds_no_credentials() -> None:
     assert KEY not in text and PROXY_PASS not in text
     assert data["target_uri"] == "http://127.0.0.1:5000"
     assert data["params"]["engine_args"] == f"--api-key {REDACTED} --seed 1"
+
+
+def test_tracking_server_answering_garbage_spools_the_run() -> None:
+    """/health says 200 but every API call answers bytes that are not JSON: the run is spooled, not lost."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Garbage(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            self.wfile.write(b"\x00\xffgarbag")
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        logged = Tracker(f"http://127.0.0.1:{srv.server_address[1]}", "exp").log(_record())
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert logged.run_id is None and logged.spooled is not None
+    assert [p.name for p in pending_spool()] == [logged.uuid]
