@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-SHARED = Path(os.environ.get("QUANTRACK_SHARED", REPO.parent / "shared")) / "data" / "vllm-h200"
+SHARED = REPO / "tests" / "data" / "real" / "vllm-h200"  # the real H200 files, vendored (tests/data/real/README.md)
 EXPERIMENT = "bench-compare-1000"
 
 

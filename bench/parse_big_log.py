@@ -1,9 +1,10 @@
 """Time the streaming log parser on a big log built by repeating a real one.
 
-    python bench/parse_big_log.py [--log ../shared/data/vllm-h200/vllm-0.25.0-fp8marlin.log] [--mb 50] [--runs 3]
+    python bench/parse_big_log.py [--log tests/data/real/vllm-h200/vllm-0.25.0-fp8marlin.log] [--mb 50] [--runs 3]
 
 Writes the big log to a temp file, parses it with the engine's adapter (file read + parse,
-line by line), prints the best and median wall time over --runs and the figures found.
+line by line), prints the best and median wall time over --runs, the figures found, and the process's peak
+resident memory (getrusage ru_maxrss): the parser streams, so it stays flat whatever --mb is.
 Results are recorded in docs/benchmarks.md.
 """
 
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_LOG = REPO.parent / "shared" / "data" / "vllm-h200" / "vllm-0.25.0-fp8marlin.log"
+DEFAULT_LOG = REPO / "tests" / "data" / "real" / "vllm-h200" / "vllm-0.25.0-fp8marlin.log"
 
 
 def build(src: Path, target_mb: float, dst: Path) -> int:
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
               f"({size / 1024 / 1024 / min(times):.0f} MiB/s)")
         print(f"engine {report.engine}; kv_cache_tokens {report.kv_cache_tokens}; weights_gib {report.weights_gib}; "
               f"fallbacks {[(e.kind, e.line_no) for e in report.fallbacks]}")
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print(f"peak resident memory of this process: {peak:.0f} MiB (file {size / 1024 / 1024:.0f} MiB)")
     finally:
         os.unlink(tmp)
     return 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quantrack.errors import BadInput, did_you_mean
+from quantrack.schema import build, setting, settings
 
 # Weight formats quantrack models. Bytes per parameter are owned by quantrack.capacity.
 WEIGHT_FORMATS = (
@@ -127,13 +128,43 @@ def make_arm(
     if not isinstance(engine_args, (list, tuple)) or not all(isinstance(a, str) for a in engine_args):
         raise BadInput("arm 'args' must be a list of strings")
     env = env or {}
-    if not all(isinstance(k_, str) and isinstance(v_, str) for k_, v_ in env.items()):
+    if not isinstance(env, dict) or not all(isinstance(k_, str) and isinstance(v_, str) for k_, v_ in env.items()):
         raise BadInput("arm 'env' must map strings to strings")
     return Arm(
         name=name or default_name(w, k),
         weights=w, kv=k, quantization=quantization or None, dtype=dtype or "auto", model=model or None,
         baseline=baseline, engine_args=tuple(engine_args), env=tuple(sorted(env.items())), notes=notes,
     )
+
+
+@settings
+class ArmTable:
+    """The keys of one ``[[arms]]`` table in a study file (types and help; spellings normalised by make_arm)."""
+
+    name: str | None = setting(default=None, help="Arm name (default: <weights>, or <weights>-kv-<kv>).", nonempty=True)
+    weights: str = setting(default="bf16", help="Weights format (bf16, fp8, int8, w4a16, GGUF types ...).", nonempty=True)
+    kv: str = setting(default="auto", help="KV-cache dtype (auto = the model's activation dtype).", nonempty=True)
+    quantization: str | None = setting(default=None, help="The engine's --quantization value.", nonempty=True)
+    dtype: str = setting(default="auto", help="Activation dtype (--dtype).", nonempty=True)
+    model: str | None = setting(default=None, help="This arm's checkpoint or GGUF file, when not [model] path.", nonempty=True)
+    baseline: bool = setting(default=False, help="This arm is the baseline the others are compared with.")
+    args: tuple[str, ...] = setting(default=(), help="Extra engine arguments for this arm, as a list of strings.")
+    env: tuple[tuple[str, str], ...] = setting(default=(), help="Extra environment for this arm's engine process.")
+    notes: str = setting(default="", help="Free text kept with the run.")
+
+
+def arm_from_table(table: Any, where: str) -> Arm:
+    """A validated Arm from one ``[[arms]]`` table; errors name the table (``[[arms]] #2 env: ...``)."""
+    if isinstance(table, dict) and isinstance(table.get("name"), str) and table["name"]:
+        where = f"{where} ({table['name']})"
+    kw = build(ArmTable, table, where)
+    try:
+        return make_arm(kw.get("name"), weights=kw.get("weights", "bf16"), kv=kw.get("kv", "auto"),
+                        quantization=kw.get("quantization"), dtype=kw.get("dtype", "auto"), model=kw.get("model"),
+                        baseline=kw.get("baseline", False), engine_args=kw.get("args", ()),
+                        env=dict(kw.get("env", ())), notes=kw.get("notes", ""))
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc}") from None
 
 
 def default_name(weights: str, kv: str) -> str:
@@ -197,6 +228,8 @@ __all__ = [
     "PRESETS",
     "WEIGHT_FORMATS",
     "Arm",
+    "ArmTable",
+    "arm_from_table",
     "default_arms",
     "make_arm",
     "normalize_kv",

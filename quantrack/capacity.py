@@ -10,6 +10,10 @@ Two models live here, and every output says which one it came from:
   own budgeting code as summarised in engine-facts.md (project reference notes) §4, with the few constants that are not
   derivable from shapes calibrated on real H200 logs and documented in docs/capacity-model.md.
 
+Layouts beyond dense GQA (docs/capacity-model.md §7): MLA (one latent per layer and token, on every TP rank),
+per-layer sliding/full hybrids (vLLM's hybrid allocator groups, SGLang's SWA pool split), mixture-of-experts
+(every expert resident; weight bytes from the checkpoint's safetensors headers when the shape carries them).
+
 Everything here is derived, never measured.
 """
 
@@ -106,16 +110,70 @@ def kv_dtype_of(arm: Arm, model_dtype: str = "bf16") -> str:
 def kv_bytes_per_token(shape: ModelShape, kv_dtype: str, tp: int = 1) -> float:
     """K+V bytes per token across all layers (per rank under TP: KV heads are split, at least 1 per rank)."""
     heads = kv_heads_per_rank(shape, tp)
-    v_dim = shape.v_head_dim or shape.head_dim
+    v_dim = shape.head_dim if shape.v_head_dim is None else shape.v_head_dim
     return shape.layers * heads * (shape.head_dim + v_dim) * kv_bytes_per_element(kv_dtype)
 
 
 def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
     # vLLM/SGLang replicate KV heads when tp > kv_heads, so each rank holds max(1, kv_heads // tp).
+    # MLA has one latent "head" (kv_heads 1): every TP rank keeps the whole latent cache.
     return max(1, shape.kv_heads // tp)
 
 
+def kv_bytes_per_token_total(shape: ModelShape, kv_dtype: str, tp: int = 1) -> float:
+    """K+V bytes per token summed over the TP group (= unsplit model unless heads are replicated, as MLA's are)."""
+    return kv_bytes_per_token(shape, kv_dtype, tp) * tp
+
+
+def layout_notes(shape: ModelShape) -> list[str]:
+    """What the layout means for the KV figures (printed beside them)."""
+    notes: list[str] = []
+    if shape.attention == "mla":
+        notes.append(f"MLA: one {shape.head_dim}-element latent per layer and token (kv_lora_rank + "
+                     "qk_rope_head_dim), the same on every TP rank")
+    if shape.sliding_layers:
+        notes.append(f"{shape.sliding_layers} of {shape.layers} layers use a {shape.sliding_window}-token window: "
+                     "bytes/token counts every layer (the pool's unit); a request needs less")
+    if shape.num_experts:
+        notes.append(f"MoE: all {shape.num_experts} experts resident"
+                     + (f", {shape.experts_per_token} active per token" if shape.experts_per_token else ""))
+    return notes
+
+
+# Weight formats an engine cannot produce from 16-bit weights at load time: they need a pre-quantized checkpoint.
+_PREQUANTIZED_ONLY = {"w4a16", "nvfp4", "mxfp4"}
+
+
+def checkpoint_mismatch(shape: ModelShape, arm: Arm) -> str | None:
+    """Why ``arm`` cannot be served from the checkpoint ``shape`` was read from (None: it can, or no checkpoint)."""
+    ckpt = shape.checkpoint
+    if ckpt is None:
+        return None
+    fmt = ckpt.weight_format
+    if fmt is None and ckpt.quant_method:
+        return (f"{shape.name} is quantized with quantization_config.quant_method={ckpt.quant_method}, "
+                "which quantrack cannot map to an arm's weights")
+    if fmt is not None and arm.weights != fmt:
+        return (f"arm {arm.name!r} wants {arm.weights} weights, but {shape.name} is a pre-quantized {fmt} "
+                f"checkpoint (quantization_config.quant_method={ckpt.quant_method}); use weights={fmt} "
+                "or the unquantized repository")
+    if fmt is None and arm.weights in _PREQUANTIZED_ONLY:
+        return (f"arm {arm.name!r} wants {arm.weights} weights, which engines load only from a pre-quantized "
+                f"checkpoint; {shape.name} is unquantized ({shape.dtype}): name the quantized repository "
+                "(--model ORG/NAME-AWQ ..., or the arm's own model)")
+    return None
+
+
+def _stored_format(shape: ModelShape) -> str:
+    ckpt = shape.checkpoint
+    return (ckpt.weight_format if ckpt and ckpt.weight_format else shape.dtype).lower()
+
+
 def naive_weight_bytes(shape: ModelShape, fmt: str) -> float:
+    """params x bytes per parameter; a checkpoint read from its headers counts its exact bytes instead when
+    ``fmt`` is what it stores (a pre-quantized checkpoint's scales and 16-bit embeddings included)."""
+    if shape.checkpoint is not None and fmt.lower() == _stored_format(shape):
+        return float(shape.checkpoint.total_bytes)
     return shape.params * weight_bytes_per_param(fmt)
 
 
@@ -128,6 +186,18 @@ def engine_weight_bytes(shape: ModelShape, fmt: str) -> tuple[float, list[str]]:
     f = fmt.lower()
     per = weight_bytes_per_param(f)
     notes: list[str] = []
+    ckpt = shape.checkpoint
+    if ckpt is not None:
+        if f == _stored_format(shape):
+            notes.append(f"weights: {ckpt.total_bytes:,} B from the safetensors headers ({_dtype_summary(ckpt)})"
+                         + (f"; {ckpt.skipped}" if ckpt.skipped else ""))
+            return float(ckpt.total_bytes), notes
+        if ckpt.weight_format is None and f not in _PREQUANTIZED_ONLY:
+            # online quantization of a 16-bit checkpoint: Linear weights converted, the rest loaded as stored
+            converted = ckpt.quantizable_params * per
+            notes.append(f"{ckpt.quantizable_params:,} Linear params at {f} ({per:g} B), the other "
+                         f"{(ckpt.total_bytes - ckpt.quantizable_bytes) / GiB:.2f} GiB as stored (headers)")
+            return float(ckpt.total_bytes - ckpt.quantizable_bytes + converted), notes
     if per >= 2.0 or f in _GGML_NAMES:
         return shape.params * per, notes
     emb = shape.embedding_params
@@ -136,6 +206,10 @@ def engine_weight_bytes(shape: ModelShape, fmt: str) -> tuple[float, list[str]]:
         return shape.params * per, notes
     notes.append(f"embedding + LM head ({emb:,} params{', tied' if shape.tied_embeddings else ''}) kept at 2 bytes")
     return (shape.params - emb) * per + emb * 2.0, notes
+
+
+def _dtype_summary(ckpt: Any) -> str:
+    return ", ".join(f"{d} {b / GiB:.2f} GiB" for d, b in sorted(ckpt.bytes_by_dtype.items(), key=lambda x: -x[1]))
 
 
 # --- the naive plan -----------------------------------------------------------------------------------------
@@ -229,9 +303,12 @@ def plan(
     usable = memory_bytes * tp * util
     rows: list[PlanRow] = []
     for arm in arms:
+        problem = checkpoint_mismatch(shape, arm)
+        if problem:
+            raise BadInput(problem)
         kv = kv_dtype_of(arm, shape.dtype)
         weights = naive_weight_bytes(shape, arm.weights)
-        per_token = kv_bytes_per_token(shape, kv, tp=1) * 1  # summed over ranks == unsplit model
+        per_token = kv_bytes_per_token_total(shape, kv, tp)  # summed over ranks (== unsplit model for GQA)
         budget = usable - weights - overhead_bytes
         fits = budget > 0
         tokens = math.floor(budget / per_token) if fits else 0
@@ -324,14 +401,18 @@ def sglang_prefill_graph_sizes(max_tokens: int) -> list[int]:
 
 
 def sglang_default_mem_fraction(total_bytes: float, tp: int = 1, chunked_prefill_size: int | None = None,
-                                cuda_graph_max_bs: int | None = None) -> float:
-    """Default --mem-fraction-static (engine-facts §4.3, memory_hook.py L281-L327): 0.903 on the H200."""
+                                cuda_graph_max_bs: int | None = None, *, mla: bool = False) -> float:
+    """Default --mem-fraction-static (engine-facts §4.3, memory_hook.py L281-L327): 0.903 on the H200.
+
+    ``reserve_for_graph_mb``: decode ``max_bs * 2`` plus prefill ``len(sizes) * 8`` MiB, or 1.5 GiB for MLA
+    models (memory_hook.py L357-L395).
+    """
     total_mib = total_bytes / MiB
     chunk, max_bs = _sglang_defaults(total_mib, tp)
     chunk = chunked_prefill_size or chunk
     max_bs = cuda_graph_max_bs or max_bs
     reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024
-    reserved += max_bs * 2 + len(sglang_prefill_graph_sizes(chunk)) * 8  # reserve_for_graph_mb (non-MLA)
+    reserved += max_bs * 2 + (1536 if mla else len(sglang_prefill_graph_sizes(chunk)) * 8)  # reserve_for_graph_mb
     if total_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((total_mib - reserved) / total_mib, 3)
@@ -353,8 +434,17 @@ def predict_engine(
     page_size: int = 1,
     n_parallel: int = 1,
     kv_unified: bool = False,
+    reserve_bytes: float | None = None,
+    kv_cache_memory_bytes: float | None = None,
 ) -> EnginePrediction:
-    """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``)."""
+    """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``).
+
+    ``reserve_bytes`` replaces the engine's one calibrated constant (vLLM ``VLLM_NON_TORCH_BYTES``, SGLang
+    ``SGLANG_PRELOAD_USED_BYTES``): out-of-sample validation refits it without the log it then predicts.
+    ``kv_cache_memory_bytes``: vLLM's ``--kv-cache-memory-bytes``, which replaces the whole profile
+    (``Worker.determine_available_memory`` returns it, ignoring gpu_memory_utilization:
+    vllm@4ba787ec9:vllm/v1/worker/gpu_worker.py:L656-L681, engine-facts §3).
+    """
     check_shape(shape)
     if engine not in ENGINES:
         raise BadInput(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -366,6 +456,9 @@ def predict_engine(
         # engines load every parameter: use the exact count where the catalog keeps a seed's rounded one
         shape = replace(shape, params=float(shape.params_exact))
     kv = kv_dtype_of(arm, shape.dtype)
+    problem = checkpoint_mismatch(shape, arm)
+    if problem:
+        raise BadInput(problem)
     if engine == "llamacpp":
         return _predict_llamacpp(shape, arm, kv, context_len, n_parallel, kv_unified)
     ctx = context_len or shape.max_context or 4096
@@ -377,16 +470,22 @@ def predict_engine(
     if tp > 1:
         assumptions.append(f"TP {tp}: weights split evenly; {kv_heads_per_rank(shape, tp)} KV head(s) per rank; "
                            "NCCL buffers not modelled")
+    if kv_cache_memory_bytes is not None and engine != "vllm":
+        raise BadInput(f"kv_cache_memory_bytes is vLLM's --kv-cache-memory-bytes; {engine} has no such setting")
     if engine == "vllm":
         return _predict_vllm(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, max_num_seqs,
-                             tp, gpu_name, block_size, weights, per_token, naive, assumptions)
+                             tp, gpu_name, block_size, weights, per_token, naive, assumptions,
+                             VLLM_NON_TORCH_BYTES if reserve_bytes is None else reserve_bytes,
+                             kv_cache_memory_bytes)
     return _predict_sglang(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, tp, page_size,
-                           weights, per_token, naive, assumptions)
+                           weights, per_token, naive, assumptions,
+                           SGLANG_PRELOAD_USED_BYTES if reserve_bytes is None else reserve_bytes)
 
 
 def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: float | None, ctx: int,
                   mnbt: int | None, mns: int | None, tp: int, gpu_name: str | None, block_size: int,
-                  weights: float, per_token: float, naive: int, assumptions: list[str]) -> EnginePrediction:
+                  weights: float, per_token: float, naive: int, assumptions: list[str],
+                  non_torch: float = VLLM_NON_TORCH_BYTES, fixed_kv: float | None = None) -> EnginePrediction:
     util = 0.92 if util is None else util
     d_tokens, d_seqs = _vllm_defaults(total, gpu_name)
     tokens_batched = mnbt or d_tokens
@@ -395,17 +494,37 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
     hidden = shape.hidden_size or shape.attention_heads and shape.attention_heads * shape.head_dim or 0
     inter = shape.intermediate_size or 4 * hidden
     vocab = shape.vocab_size or 0
-    # profile_run at max_num_batched_tokens, bf16 activations: gate_up output (2I) + activation output (I)
-    # per rank, plus residual and hidden stream (2H).
-    activation = tokens_batched * (3 * inter / tp + 2 * hidden) * 2
+    if shape.num_experts and shape.experts_per_token and shape.moe_intermediate_size:
+        # fused MoE at the profile run: per token and chosen expert a gate_up output (2N), the activation (N)
+        # and the down output (H), N = moe_intermediate_size / tp (vllm fused_moe intermediate caches 1-3),
+        # plus residual and hidden stream (2H). Not calibrated on an MoE log.
+        activation = tokens_batched * (shape.experts_per_token * (3 * shape.moe_intermediate_size / tp + hidden)
+                                       + 2 * hidden) * 2
+        assumptions.append("MoE activation peak: fused-MoE intermediate caches at max_num_batched_tokens "
+                           "(derived, not calibrated); experts split by TP, expert parallelism not modelled")
+    else:
+        # profile_run at max_num_batched_tokens, bf16 activations: gate_up output (2I) + activation output (I)
+        # per rank, plus residual and hidden stream (2H).
+        activation = tokens_batched * (3 * inter / tp + 2 * hidden) * 2
     # dummy sampler run: fp32 logits for max_num_seqs requests over the full vocabulary.
     sampler = seqs * vocab * 4
-    non_torch = VLLM_NON_TORCH_BYTES
     kv_bytes = requested - weights - activation - sampler - non_torch
-    page = per_token * block_size
-    blocks = max(0, int(kv_bytes // page))
-    tokens = blocks * block_size
-    rounding = max(0.0, kv_bytes - blocks * page)
+    if fixed_kv is not None:  # --kv-cache-memory-bytes: the profile's figure is replaced by the user's
+        kv_bytes = float(fixed_kv)
+        assumptions.append(f"--kv-cache-memory-bytes {int(fixed_kv)}: KV memory fixed per worker, "
+                           "gpu_memory_utilization and the profile do not set it")
+    extra_settings: dict[str, Any] = {}
+    if shape.sliding_layers:
+        tokens, blocks, rounding, extra_settings = _vllm_hybrid_tokens(shape, kv_bytes, per_token, block_size,
+                                                                       ctx, tokens_batched, assumptions)
+    else:
+        page = per_token * block_size
+        blocks = max(0, int(kv_bytes // page))
+        tokens = blocks * block_size
+        rounding = max(0.0, kv_bytes - blocks * page)
+    if shape.attention == "mla":
+        assumptions.append("MLA: vLLM's MLA backends use their own block size (FlashMLA 64); block rounding at "
+                           f"{block_size} is an approximation")
     if ctx % block_size:
         assumptions.append("context length not a multiple of the block size: concurrency rounds per block")
     assumptions += [
@@ -413,7 +532,8 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
         "sizing, so outside this budget (no 'Estimated CUDA graph memory' line in the H200 logs)"),
         f"max_num_batched_tokens {tokens_batched}, max_num_seqs {seqs}"
         + (" (vLLM online-serving defaults for this GPU)" if not (mnbt or mns) else ""),
-        f"non-torch + persistent buffers {VLLM_NON_TORCH_BYTES / GiB:.2f} GiB: calibrated on one H200 log",
+        f"non-torch + persistent buffers {non_torch / GiB:.2f} GiB"
+        + (": calibrated on one H200 log" if non_torch == VLLM_NON_TORCH_BYTES else " (given)"),
         f"blocks of {block_size} tokens",
     ]
     return EnginePrediction(
@@ -422,38 +542,108 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
         reserved={"activation_peak": activation, "sampler_logits": sampler, "non_torch": non_torch,
                   "cuda_graphs": 0.0, "block_rounding": rounding, "headroom_1_minus_util": total - requested},
         settings={"util": util, "max_num_batched_tokens": tokens_batched, "max_num_seqs": seqs,
-                  "block_size": block_size, "tp": tp, "requested_bytes": requested},
+                  "block_size": block_size, "tp": tp, "requested_bytes": requested, **extra_settings},
         assumptions=assumptions, context_len=ctx,
     )
 
 
+def _vllm_hybrid_tokens(shape: ModelShape, kv_bytes: float, per_token: float, block_size: int, max_model_len: int,
+                        max_num_batched_tokens: int, assumptions: list[str]) -> tuple[int, int, float, dict[str, Any]]:
+    """(logged tokens, blocks, rounding bytes, settings) for a sliding/full hybrid under vLLM's hybrid allocator.
+
+    Layers are grouped by type into groups of equal size (the smaller type's count, or the larger one when it is
+    under 1.5x the smaller), one block id spanning one layer of every group slot:
+    ``num_blocks = kv_bytes // (page_bytes_per_layer * group_size)`` (vllm@fc23e695
+    vllm/v1/core/kv_cache_planning.py ``_get_kv_cache_groups_uniform_page_size``, ``_pool_bytes_per_block``).
+    "GPU KV cache size: N tokens" is ``int(max_concurrency * max_model_len)`` with ``max_concurrency =
+    num_blocks / sum over groups of blocks one max_model_len request needs``; a sliding group needs
+    ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1`` (SlidingWindowSpec
+    ``max_memory_usage_bytes``), a full group ``cdiv(max_model_len, block_size)``. vLLM <= 0.11 logged
+    ``num_blocks // len(groups) * block_size`` instead (engine-facts §4.2), kept in the settings.
+    """
+    full, sliding = shape.layers - shape.sliding_layers, shape.sliding_layers
+    counts = [c for c in (full, sliding) if c]
+    group = min(counts)
+    if max(counts) < 1.5 * group:
+        group = max(counts)
+    full_groups, sliding_groups = math.ceil(full / group) if full else 0, math.ceil(sliding / group)
+    groups = full_groups + sliding_groups
+    page_per_layer = per_token / shape.layers * block_size
+    bytes_per_block = page_per_layer * group
+    blocks = max(0, int(kv_bytes // bytes_per_block))
+    window = shape.sliding_window or max_model_len
+    per_request = (full_groups * math.ceil(max_model_len / block_size)
+                   + sliding_groups * (math.ceil(min(window - 1 + max_num_batched_tokens, max_model_len)
+                                                 / block_size) + 1))
+    tokens = int(blocks / per_request * max_model_len) if per_request else 0
+    legacy = blocks // groups * block_size
+    assumptions.append(
+        f"hybrid KV: {full} full + {sliding} sliding-window ({window}) layers in {groups} groups of {group}; "
+        f"{blocks:,} blocks; 'GPU KV cache size' = max_concurrency x max_model_len ({max_model_len}) = {tokens:,} "
+        f"(vLLM <= 0.11 logged num_blocks // groups x block_size = {legacy:,})")
+    return tokens, blocks, max(0.0, kv_bytes - blocks * bytes_per_block), {
+        "kv_groups": groups, "kv_group_size": group, "kv_blocks": blocks, "legacy_v011_tokens": legacy,
+        "pool_tokens_all_layers": int(kv_bytes // per_token)}
+
+
 def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: float | None, ctx: int,
                     chunk: int | None, tp: int, page_size: int, weights: float, per_token: float, naive: int,
-                    assumptions: list[str]) -> EnginePrediction:
+                    assumptions: list[str], preload_used: float = SGLANG_PRELOAD_USED_BYTES) -> EnginePrediction:
     chunk_default, max_bs = _sglang_defaults(total / MiB, tp)
     chunk = chunk or chunk_default
     given = mfs is not None
-    mfs = mfs if mfs is not None else sglang_default_mem_fraction(total, tp, chunk, max_bs)
-    pre_free = total - SGLANG_PRELOAD_USED_BYTES
+    mfs = mfs if mfs is not None else sglang_default_mem_fraction(total, tp, chunk, max_bs,
+                                                                  mla=shape.attention == "mla")
+    pre_free = total - preload_used
     # kv_cache_configurator: rest = free_after_load - pre_load_free * (1 - mem_fraction_static)
     rest = (pre_free - weights) - pre_free * (1 - mfs)
     raw = int(rest // per_token) if rest > 0 else 0
     tokens = raw // page_size * page_size
+    hybrid: dict[str, Any] = {}
+    if shape.sliding_layers:
+        tokens, hybrid = _sglang_swa_tokens(shape, raw, page_size, assumptions)
     assumptions += [
         f"SGLang: mem_fraction_static {mfs}" + ("" if given else " (default formula, memory_hook)"),
-        f"memory in use before the weights {SGLANG_PRELOAD_USED_BYTES / GiB:.2f} GiB: calibrated on one H200 log",
+        f"memory in use before the weights {preload_used / GiB:.2f} GiB"
+        + (": calibrated on one H200 log" if preload_used == SGLANG_PRELOAD_USED_BYTES else " (given)"),
         "weights = free-memory delta at load; allocator slack after online quantization not modelled",
         f"chunked_prefill_size {chunk}, decode cuda_graph_max_bs {max_bs}, page size {page_size}",
     ]
     return EnginePrediction(
         engine="sglang", arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
         weights_bytes=weights, kv_bytes=max(0.0, rest), kv_bytes_per_token=per_token,
-        reserved={"preload_used": float(SGLANG_PRELOAD_USED_BYTES), "runtime_slack": pre_free * (1 - mfs),
-                  "page_rounding": max(0.0, rest - tokens * per_token)},
+        reserved={"preload_used": float(preload_used), "runtime_slack": pre_free * (1 - mfs),
+                  "page_rounding": max(0.0, rest - raw // page_size * page_size * per_token)},
         settings={"mem_fraction_static": mfs, "chunked_prefill_size": chunk, "cuda_graph_max_bs": max_bs,
-                  "page_size": page_size, "tp": tp},
+                  "page_size": page_size, "tp": tp, **hybrid},
         assumptions=assumptions, context_len=ctx,
     )
+
+
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8  # server_args.swa_full_tokens_ratio default
+
+
+def _sglang_swa_tokens(shape: ModelShape, raw: int, page_size: int,
+                       assumptions: list[str]) -> tuple[int, dict[str, Any]]:
+    """(logged max_total_num_tokens, settings) for SGLang's hybrid sliding-window pool.
+
+    ``ModelRunner.set_num_token_hybrid`` (python/sglang/srt/model_executor/model_runner.py, as read in public copies
+    of 2025-2026 versions): the pool profiled for every layer at ``raw`` tokens is re-split so that
+    ``swa_tokens * swa_layers + full_tokens * full_layers == raw * num_layers`` with ``swa_tokens = ratio *
+    full_tokens`` (``swa_full_tokens_ratio``, default 0.8), both page-aligned; ``max_total_num_tokens`` is then the
+    full-attention layers' count. Not checked against an SGLang log of a sliding-window model.
+    """
+    full_layers = shape.layers - shape.sliding_layers
+    ratio = SGLANG_SWA_FULL_TOKENS_RATIO
+    full = int(raw * shape.layers / (ratio * shape.sliding_layers + full_layers))
+    swa = int(full * ratio)
+    full, swa = full // page_size * page_size, swa // page_size * page_size
+    assumptions.append(f"hybrid SWA pool (disable_hybrid_swa_memory off): {full_layers} full-attention layers get "
+                       f"{full:,} tokens, {shape.sliding_layers} sliding ({shape.sliding_window}) layers {swa:,} "
+                       f"(swa_full_tokens_ratio {ratio}); max_total_num_tokens = the full layers' {full:,}; "
+                       "not checked against a log")
+    return full, {"full_layer_tokens": full, "swa_layer_tokens": swa, "swa_full_tokens_ratio": ratio,
+                  "pool_tokens_all_layers": raw}
 
 
 def llamacpp_kv_bytes(shape: ModelShape, cells: int, type_k: str = "f16", type_v: str = "f16") -> tuple[int, int]:

@@ -61,6 +61,37 @@ class GPU:
 
 
 @dataclass(frozen=True)
+class CheckpointWeights:
+    """What a checkpoint's safetensors headers say it stores (exact bytes, no weights downloaded).
+
+    ``bytes_by_dtype`` is over the tensors the engine loads; tensors it skips (DeepSeek's MTP layer
+    beyond ``num_hidden_layers``) are in ``skipped_bytes``. ``logical_params`` counts weights, unpacking
+    packed int4 (x8 per I32) and FP4 blocks (x2 per U8) and leaving out scales / zero points.
+    """
+
+    bytes_by_dtype: dict[str, int]
+    total_bytes: int  # bytes the engine loads
+    logical_params: int
+    tensors: int
+    embedding_bytes: int = 0  # embed_tokens + lm_head as stored
+    quantizable_params: int = 0  # 16-bit Linear weights an online-quantizing engine would convert
+    quantizable_bytes: int = 0  # their bytes as stored
+    other_bytes: int = 0  # everything else as stored (embeddings, norms, router, biases, scales)
+    skipped_bytes: int = 0
+    skipped: str = ""  # what was skipped and why
+    weight_format: str | None = None  # the checkpoint's arm weights format (from quantization_config)
+    quant_method: str | None = None  # quantization_config.quant_method as written
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes_by_dtype": dict(self.bytes_by_dtype), "total_bytes": self.total_bytes,
+                "logical_params": self.logical_params, "tensors": self.tensors,
+                "embedding_bytes": self.embedding_bytes, "quantizable_params": self.quantizable_params,
+                "skipped_bytes": self.skipped_bytes, "skipped": self.skipped, "weight_format": self.weight_format,
+                "quant_method": self.quant_method, "source": self.source}
+
+
+@dataclass(frozen=True)
 class ModelShape:
     """What capacity arithmetic needs from a model; layouts not modelled are flagged, not guessed."""
 
@@ -84,6 +115,15 @@ class ModelShape:
     params_exact: int | None = None  # exact count from the shapes when ``params`` is a seed's rounded value
     params_estimated: bool = False  # True when params came from shapes arithmetic, not a published count
     v_head_dim: int | None = None  # None = same as head_dim
+    # layouts beyond dense GQA (all additive; None/0 = plain full attention on every layer)
+    attention: str = "gqa"  # "gqa" | "mla" (one latent of head_dim per layer, v_head_dim 0, shared by TP ranks)
+    sliding_window: int | None = None  # window of the sliding layers (hybrid models)
+    sliding_layers: int = 0  # how many of ``layers`` use that window
+    num_experts: int | None = None  # routed experts per MoE layer (all resident)
+    experts_per_token: int | None = None
+    moe_intermediate_size: int | None = None
+    checkpoint: CheckpointWeights | None = None  # exact bytes from the safetensors headers, when read
+    revision: str | None = None  # the Hub commit the config and headers came from
 
     @property
     def embedding_params(self) -> int:
@@ -100,7 +140,10 @@ class ModelShape:
             "attention_heads": self.attention_heads, "intermediate_size": self.intermediate_size,
             "tied_embeddings": self.tied_embeddings, "dtype": self.dtype, "max_context": self.max_context,
             "aliases": list(self.aliases), "hf_id": self.hf_id, "unsupported": list(self.unsupported),
-            "source": self.source,
+            "source": self.source, "attention": self.attention, "sliding_window": self.sliding_window,
+            "sliding_layers": self.sliding_layers, "num_experts": self.num_experts,
+            "experts_per_token": self.experts_per_token, "revision": self.revision,
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
         }
 
     @property
@@ -144,7 +187,10 @@ def models() -> tuple[ModelShape, ...]:
             tied_embeddings=bool(e.get("tied_embeddings", False)), dtype=e.get("dtype", "bf16"),
             max_context=e.get("max_context"), aliases=tuple(e.get("aliases", ())), hf_id=e.get("hf_id"),
             source=e.get("source", ""), unsupported=tuple(e.get("unsupported", ())),
-            params_exact=e.get("params_exact"),
+            params_exact=e.get("params_exact"), v_head_dim=e.get("v_head_dim"),
+            attention=e.get("attention", "gqa"), sliding_window=e.get("sliding_window"),
+            sliding_layers=int(e.get("sliding_layers", 0)), num_experts=e.get("num_experts"),
+            experts_per_token=e.get("experts_per_token"), moe_intermediate_size=e.get("moe_intermediate_size"),
         ))
     return tuple(out)
 

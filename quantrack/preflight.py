@@ -172,6 +172,22 @@ def _catalog_gpu(gpu: Any) -> GPU:
     return replace(base, nvml_total_mib=int(gpu.memory_bytes // 2**20))
 
 
+def _checkpoint_findings(req: PreflightRequest, arm: Arm) -> list[Any]:
+    """A reject when the arm's weights are not what the Hub checkpoint stores (quantization_config)."""
+    if req.model is None or getattr(req.model, "checkpoint", None) is None or arm.model:
+        return []  # an arm with its own model file is not served from this checkpoint
+    from quantrack.capacity import checkpoint_mismatch
+    from quantrack.rulebook import Verdict
+
+    problem = checkpoint_mismatch(req.model, arm)
+    if not problem:
+        return []
+    fmt = req.model.checkpoint.weight_format if req.model.checkpoint else None
+    return [Verdict("model-checkpoint-format", "reject", problem,
+                    fix=f"serve this checkpoint with weights={fmt}" if fmt else "use an unquantized checkpoint",
+                    source=f"{req.model.hf_id or req.model.name} config.json quantization_config")]
+
+
 def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any] | None, str | None]:
     if req.model is None:
         return None, "no model given (--model/--config/--gguf/--params): capacity not derived"
@@ -235,6 +251,71 @@ def _kl_util_sum(req: PreflightRequest) -> float | None:
     return round(util + (st.eval.kl_baseline_util if st.eval.kl_baseline_util is not None else util), 4)
 
 
+# vLLM refuses a --max-model-len above the model's max_position_embeddings ("User-specified max_model_len (X) is
+# greater than the derived max_model_len ...", vllm/config/model.py _get_and_verify_max_len, unless
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) and a context whose KV cache does not fit ("To serve at least one request with
+# the models's max seq len (X), (Y GiB KV cache is needed, which is larger than the available KV cache memory",
+# vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory); SGLang refuses a context_length above the model's
+# unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (python/sglang/srt/configs/model_config.py); llama.cpp warns
+# ("n_ctx_seq (%u) > n_ctx_train (%u)") and allocates the whole KV cache at start (engine-facts §1.4).
+_CTX_SOURCE = ("vllm/config/model.py _get_and_verify_max_len; vllm/v1/core/kv_cache_utils.py "
+               "check_enough_kv_cache_memory; sglang python/sglang/srt/configs/model_config.py; derived capacity "
+               "(quantrack.capacity)")
+
+
+def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU | None = None) -> list[Verdict]:
+    """A context length the model or the memory cannot hold is rejected here, not after the engine has
+    allocated ~20 GB and been OOM-killed: against the model's maximum, then against the derived KV capacity
+    (vLLM/SGLang) or the KV cache llama.cpp allocates for the whole context against the device's memory (a CPU:
+    this machine's RAM, measured)."""
+    ctx = req.context_len
+    if ctx is None or req.model is None:
+        return []
+    out: list[Verdict] = []
+    limit = req.model.max_context
+    if limit and ctx > limit:
+        strict = req.engine in ("vllm", "sglang")
+        out.append(Verdict(
+            "context-exceeds-model", "reject" if strict else "warn",
+            f"context {ctx:,} is above {req.model.name}'s maximum of {limit:,} tokens"
+            + ("" if strict else " (llama.cpp runs it, past the positions the model was trained on)"),
+            fix=f"--context-len {limit} (or less); [study] context_len = {limit}", source=_CTX_SOURCE))
+    if cap is None:
+        return out
+    tokens = cap.get("engine_tokens")
+    if req.engine == "llamacpp":
+        kv_mib = cap.get("engine_kv_mib")
+        memory, what = _memory_of(gpu)
+        if kv_mib is not None and memory and kv_mib * 2**20 > memory:
+            out.append(Verdict(
+                "context-exceeds-memory", "reject",
+                f"llama.cpp allocates the KV cache of the whole context at start: {kv_mib:,.0f} MiB for {ctx:,} "
+                f"tokens (derived) is more than the {memory / 2**30:,.1f} GiB of {what}",
+                fix="lower the context length (-c), or use a quantized KV cache (q8_0)", source=_CTX_SOURCE))
+        return out
+    if tokens is not None and tokens < ctx:
+        out.append(Verdict(
+            "context-exceeds-kv", "reject",
+            f"one request of {ctx:,} tokens needs more KV cache than fits: {tokens:,} tokens after the weights "
+            f"(derived, util {req.util if req.util is not None else 'default'}, TP {req.tp})",
+            fix="lower the context length, raise util, use an FP8 KV cache or more GPUs (--tp)", source=_CTX_SOURCE))
+    return out
+
+
+def _memory_of(gpu: GPU | None) -> tuple[float, str]:
+    """The memory a server's KV cache must fit in: the GPU's, or for a CPU this machine's RAM (measured)."""
+    import os
+
+    if gpu is None:
+        return 0.0, ""
+    if gpu.vendor != "cpu":
+        return float(gpu.total_bytes), f"{gpu.name} memory"
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "this machine's RAM"
+    except (ValueError, OSError, AttributeError):
+        return 0.0, ""
+
+
 def run_preflight(req: PreflightRequest) -> PreflightReport:
     """Evaluate every arm on every GPU; derived capacity and the launch command for runnable arms."""
     req.validate()
@@ -266,13 +347,14 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
             notes.append(f"{facts.name}: driver supports CUDA {cuda_driver} (not the CUDA the engine was built with)")
         label = facts.name if not hasattr(gpu, "index") else f"{gpu.index}:{facts.name}"
         for arm in req.arms:
-            verdicts = evaluate(gpu, arm, req.engine, req.engine_version, req.cuda, req.mig, ctx)
+            cap, cap_note = _capacity(req, _catalog_gpu(gpu), arm)
+            verdicts = [*evaluate(gpu, arm, req.engine, req.engine_version, req.cuda, req.mig, ctx),
+                        *_checkpoint_findings(req, arm), *context_verdicts(req, cap, _catalog_gpu(gpu))]
             verdict = overall(verdicts)
             try:
                 flags = engine_flags(req.engine, arm, req.engine_version)
             except QuantrackError:
                 flags = {}  # the rule verdicts already say why
-            cap, cap_note = _capacity(req, _catalog_gpu(gpu), arm)
             launch: list[str] | None = None
             env: dict[str, str] = {}
             if verdict == "reject":
@@ -337,9 +419,9 @@ def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     study, unprovisioned = peek_model_refs(_apply_overrides(load_study(path), overrides))
     model = None
     if study.model.name:
-        from quantrack.catalog import get_model
+        from quantrack.hub import resolve_model
 
-        model = get_model(study.model.name)
+        model = resolve_model(study.model.name)
     elif study.model.config:
         from quantrack.hfconfig import load_hf_config
 

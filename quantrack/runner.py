@@ -163,9 +163,9 @@ def step_preflight(study: Study, arm: Arm, node: dict[str, Any]) -> tuple[str, l
 def _shape_for(study: Study, arm: Arm) -> Any:
     m = study.model
     if m.name:
-        from quantrack.catalog import get_model
+        from quantrack.hub import resolve_model
 
-        return get_model(m.name)
+        return resolve_model(m.name)
     if m.config:
         from quantrack.hfconfig import load_hf_config
 

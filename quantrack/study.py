@@ -1,7 +1,14 @@
 """The study file (TOML): one model, one engine, one GPU, several arms, and how to measure them.
 
-Every command that takes a study (``preflight``, ``run``, ``export skypilot``) reads it through
-``load_study``; unknown keys and bad values are one-line errors naming the file.
+Every command that takes a study (``preflight``, ``run``, ``serve``, ``log``, ``export skypilot``) reads it
+through ``load_study``, which validates every key once, completely, before anything starts: each field
+below is declared with ``quantrack.schema.setting`` (type from the hint, range, default, help), the same
+definition the command-line options of ``latency``/``sweep``/``eval``/``serve``/``preflight`` are built
+from, so a study key and its flag accept the same values. Errors are one line naming the file, the
+table and the key (``[sweep] input_tokens: expected an integer ≥ 1, got "x"``), with a did-you-mean
+for unknown keys. Cross-field rules (KL arms exist, vLLM's top-k limit, few-shot exemplars shipped)
+are checked here too; rules that need the model or the GPU (context length against the model's
+maximum and the KV memory) are preflight's.
 
 Example::
 
@@ -25,106 +32,120 @@ Example::
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from quantrack.arms import Arm, make_arm, with_baseline
+from quantrack.accuracy.gsm8k import FULL_TEST_SIZE, STYLES, TASKS
+from quantrack.accuracy.kl import DEFAULT_TOP_K, MAX_TOP_K
+from quantrack.arms import Arm, arm_from_table, with_baseline
 from quantrack.errors import BadInput, did_you_mean
+from quantrack.schema import build, convert, setting, settings, shown
 
 ENGINES = ("vllm", "sglang", "llamacpp")
+# vLLM returns at most --max-logprobs (default 20) prompt log-probabilities per position
+# (vllm 0.25.0 vllm/config/model.py max_logprobs = 20); quantrack.accuracy.kl.run_kl refuses more
+VLLM_MAX_TOP_K = 20
+SHIPPED_SHOTS = 5  # quantrack/data/gsm8k/fewshot.jsonl: the first five train examples (a study has no --data-dir)
 
 
-@dataclass(frozen=True)
+@settings
 class ModelSpec:
-    name: str | None = None  # model catalog entry
-    path: str | None = None  # what the engine serves (HF id, local dir, GGUF file)
-    config: str | None = None  # HF config.json for shapes
-    gguf: str | None = None  # GGUF file for shapes (llama.cpp)
-    revision: str | None = None
-    served_name: str | None = None
-    tokenizer: str | None = None
+    name: str | None = setting(default=None, help="Model catalog entry (shapes for capacity).", nonempty=True, flag="--model")
+    path: str | None = setting(default=None, help="What the engine serves: HF id, local dir or GGUF file.", nonempty=True)
+    config: str | None = setting(default=None, help="A Hugging Face config.json for shapes.", nonempty=True)
+    gguf: str | None = setting(default=None, help="A GGUF file for shapes (llama.cpp).", nonempty=True)
+    revision: str | None = setting(default=None, help="HF revision of the model.", nonempty=True)
+    served_name: str | None = setting(default=None, help="Name the server answers to (--served-model-name).", nonempty=True)
+    tokenizer: str | None = setting(default=None, help="Tokenizer to load, when not the model's.", nonempty=True)
 
 
-@dataclass(frozen=True)
+@settings
 class EngineSpec:
-    kind: str = "vllm"
-    version: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 0  # 0 = pick a free port
-    ready_timeout_s: float = 900.0
-    # seconds one request to the engine may take (read; connect 10 s); 0 = each step's own default
-    # (latency 60, sweep 300, eval 600, kl 300)
-    request_timeout_s: float = 0.0
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    binary: str | None = None  # e.g. path to llama-server / python for vllm
+    kind: str = setting(default="vllm", help="Engine.", choices=ENGINES, flag="--engine")
+    version: str | None = setting(default=None, help="Engine version, e.g. 0.25.0.", nonempty=True, flag="--engine-version")
+    host: str = setting(default="127.0.0.1", help="Address the server listens on.", nonempty=True)
+    port: int = setting(default=0, help="Port the server listens on; 0 = pick a free port.", ge=0, le=65535)
+    ready_timeout_s: float = setting(default=900.0, help="Seconds to wait for the server's /health.", gt=0, flag="--timeout")
+    request_timeout_s: float | None = setting(
+        default=None, help="Seconds one request to the engine may take, every step (connect: 10 s); "
+        "default: each step's own (latency 60, sweep 300, eval 600, kl 300).", gt=0)
+    args: tuple[str, ...] = setting(default=(), help="Extra engine arguments, as a list of strings.")
+    env: tuple[tuple[str, str], ...] = setting(default=(), help="Extra environment of the engine process.")
+    binary: str | None = setting(default=None, help="The engine's executable (llama-server, python for vLLM).", nonempty=True)
 
 
-@dataclass(frozen=True)
+@settings
 class GpuSpec:
-    name: str = "auto"  # catalog name or "auto"
-    count: int = 1  # tensor parallel size
-    util: float = 0.92  # vLLM gpu_memory_utilization / SGLang mem_fraction_static if set
-    cuda: str | None = None  # CUDA version the engine was built with
-    overhead_gib: float = 0.0
+    name: str = setting(default="auto", help="Catalog GPU name, or auto (NVML on the node).", nonempty=True, flag="--gpu")
+    count: int = setting(default=1, help="Tensor-parallel size (GPUs per server).", ge=1, flag="--tp")
+    util: float = setting(default=0.92, help="vLLM --gpu-memory-utilization / SGLang --mem-fraction-static.", gt=0, le=1)
+    cuda: str | None = setting(default=None, help="CUDA version the engine was built with, e.g. 12.4.", nonempty=True)
+    overhead_gib: float = setting(default=0.0, help="GiB reserved beside the engine (other processes).", ge=0)
 
 
-@dataclass(frozen=True)
+@settings
 class LatencySpec:
-    input_tokens: int = 1024
-    output_tokens: int = 128
-    warmup: int = 10
-    iterations: int = 30
-    chat: bool = False
+    input_tokens: int = setting(default=1024, help="Prompt length in tokens.", ge=1)
+    output_tokens: int = setting(default=128, help="Output tokens per request (ignore_eos); TPOT needs two.", ge=2)
+    warmup: int = setting(default=10, help="Requests sent before the measured ones.", ge=0)
+    iterations: int = setting(default=30, help="Measured requests.", ge=1)
+    chat: bool = setting(default=False, help="Use /v1/chat/completions (prompt length becomes approximate).")
 
 
-@dataclass(frozen=True)
+@settings
 class SweepSpec:
-    concurrency: tuple[int, ...] = ()
-    requests_per_level: int = 0  # 0 = 4 x concurrency (at least 8)
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    concurrency: tuple[int, ...] = setting(default=(), help="Concurrency levels, e.g. [1, 4, 16, 64].", ge=1)
+    requests_per_level: int = setting(default=0, help="Requests per level; 0 = 4 x level, at least 8.", ge=0, flag="--requests")
+    input_tokens: int | None = setting(default=None, help="Prompt length in tokens (default: [latency] input_tokens).", ge=1)
+    output_tokens: int | None = setting(default=None, help="Output tokens per request (default: [latency] output_tokens).", ge=2)
 
 
-@dataclass(frozen=True)
+@settings
 class EvalSpec:
-    task: str | None = None  # "gsm8k" or None (no eval)
-    num_questions: int = 1319
-    num_shots: int = 5
-    max_tokens: int = 256
-    concurrency: int = 8
-    seed: int = 42
-    style: str = "vllm"
-    kl_tokens: int = 0  # 0 = no KL fidelity run
-    kl_top_k: int = 20
-    kl_arms: tuple[str, ...] = ()  # arms scored against the baseline; () = every non-baseline arm
+    task: str | None = setting(default=None, help="Accuracy task (none = no eval).", choices=TASKS)
+    num_questions: int = setting(default=FULL_TEST_SIZE, help="First N test questions (report the full 1319).", ge=1,
+                                 le=FULL_TEST_SIZE)
+    num_shots: int = setting(default=5, help="Few-shot exemplars (first train examples).", ge=0)
+    max_tokens: int = setting(default=256, help="Max new tokens per answer.", ge=1)
+    concurrency: int = setting(default=8, help="Requests in flight.", ge=1, le=1024)
+    seed: int = setting(default=42, help="Sampling seed sent with each request.")
+    style: str = setting(default="vllm", help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
+                         choices=STYLES)
+    # [eval] kl = { tokens, top_k, arms, baseline_util }; tokens absent = no KL fidelity run
+    kl_tokens: int = setting(default=0, help="Scored positions per arm (absent: no KL run; 0 is not a value).",
+                             ge=1, flag="--tokens")
+    kl_top_k: int = setting(default=DEFAULT_TOP_K, help="Log-probabilities per position and side (vLLM allows at most 20).",
+                            ge=1, le=MAX_TOP_K, flag="--top-k")
+    kl_arms: tuple[str, ...] = setting(default=(), help="Arms scored against the baseline; none = every non-baseline arm.",
+                                       nonempty=True)
     # --gpu-memory-utilization / --mem-fraction-static of the KL baseline server, which runs beside the candidate
     # on the same GPU (None = [gpu] util): on a GPU both must fit, e.g. 0.45 each.
-    kl_baseline_util: float | None = None
+    kl_baseline_util: float | None = setting(default=None, help="Memory share of the KL baseline server.", gt=0, le=1)
 
 
-@dataclass(frozen=True)
+@settings
 class TrackingSpec:
-    uri: str | None = None  # default: sqlite store under ./mlruns
-    experiment: str | None = None  # default: the study name
+    uri: str | None = setting(default=None, help="MLflow tracking URI (default: sqlite store under ./mlruns).", nonempty=True)
+    experiment: str | None = setting(default=None, help="MLflow experiment (default: the study name).", nonempty=True)
 
 
-@dataclass(frozen=True)
+@settings
 class Study:
-    name: str
+    name: str = setting(help="Study name (the default experiment).", nonempty=True)
     model: ModelSpec
     engine: EngineSpec
     gpu: GpuSpec
     arms: tuple[Arm, ...]
-    context_len: int = 4096  # --max-model-len / llama.cpp -c
-    parallel: int = 1  # llama.cpp -np (slots)
+    context_len: int = setting(default=4096, help="Context length (--max-model-len / llama.cpp -c).", ge=1)
+    parallel: int = setting(default=1, help="llama.cpp slots (-np).", ge=1)
     latency: LatencySpec = field(default_factory=LatencySpec)
     sweep: SweepSpec = field(default_factory=SweepSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
-    fleet: dict[str, Any] = field(default_factory=dict)  # issue: fleet (Ray/SkyPilot); validated there
-    description: str = ""
+    fleet: dict[str, Any] = setting(help="Fleet (Ray/SkyPilot) settings, validated by quantrack.fleet.",
+                                     factory=dict)
+    description: str = setting(default="", help="What the study is for.")
     source: str | None = None  # the file it was read from
 
     @property
@@ -148,13 +169,12 @@ class Study:
         raise BadInput(f"no arm {name!r} in study {self.name!r}{did_you_mean(name, names)}; arms: {', '.join(names)}")
 
 
-_TOP = {"name", "description", "model", "engine", "gpu", "arms", "context_len", "parallel", "latency",
-        "sweep", "eval", "tracking", "fleet", "baseline"}
 _SECTIONS: dict[str, type] = {
     "model": ModelSpec, "engine": EngineSpec, "gpu": GpuSpec, "latency": LatencySpec, "sweep": SweepSpec,
     "eval": EvalSpec, "tracking": TrackingSpec,
 }
-_ARM_KEYS = {"name", "weights", "kv", "quantization", "dtype", "model", "baseline", "args", "env", "notes"}
+_TOP_SETTINGS = ("name", "context_len", "parallel", "fleet", "description")
+_KL_KEYS = {"tokens": "kl_tokens", "top_k": "kl_top_k", "arms": "kl_arms", "baseline_util": "kl_baseline_util"}
 
 
 def load_study(path: str | Path) -> Study:
@@ -172,158 +192,111 @@ def load_study(path: str | Path) -> Study:
 
 
 def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
-    def bad(msg: str) -> BadInput:
-        return BadInput(f"study file {source!r}: {msg}")
+    """Validate a parsed study (every table, key, type and range; then the cross-field rules) and build it."""
+    try:
+        study = _study(data, source)
+    except BadInput as exc:
+        raise BadInput(f"study file {source!r}: {exc}") from None
+    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet: checked now, not when a fleet starts
+        from quantrack.fleet import parse_fleet
 
-    unknown = set(data) - _TOP
-    if unknown:
-        k = min(unknown)
-        raise bad(f"unknown key {k!r}{did_you_mean(k, _TOP)}")
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise bad("'name' (a non-empty string) is required")
+        parse_fleet(study)  # its messages name the file themselves
+    return study
 
+
+def _study(data: dict[str, Any], source: str) -> Study:
+    top = build(Study, data, "", skip=(*_SECTIONS, "arms", "baseline"))
+    if "name" not in top:
+        raise BadInput("name: required (a non-empty string)")
     sections: dict[str, Any] = {}
     for key, cls in _SECTIONS.items():
-        sec = data.get(key, {})
-        if not isinstance(sec, dict):
-            raise bad(f"[{key}] must be a table")
-        sections[key] = _build(cls, sec, f"[{key}]", bad)
-
-    engine: EngineSpec = sections["engine"]
-    if engine.kind not in ENGINES:
-        raise bad(f"[engine] kind {engine.kind!r} is unknown{did_you_mean(engine.kind, ENGINES)}; "
-                  f"engines: {', '.join(ENGINES)}")
-    if "request_timeout_s" in (data.get("engine") or {}):
-        import math
-
-        t = engine.request_timeout_s
-        if not math.isfinite(t) or t <= 0:
-            raise bad(f"[engine] request_timeout_s must be a finite number of seconds > 0, got {t!r}")
-    gpu: GpuSpec = sections["gpu"]
-    if not (0 < gpu.util <= 1):
-        raise bad(f"[gpu] util must be in (0, 1], got {gpu.util}")
-    if gpu.count < 1:
-        raise bad(f"[gpu] count must be >= 1, got {gpu.count}")
+        table = data.get(key, {})
+        if not isinstance(table, dict):
+            raise BadInput(f"[{key}]: expected a table, got {shown(table)}")
+        if cls is EvalSpec:
+            sections[key] = EvalSpec(**_eval_table(table))
+        else:
+            sections[key] = cls(**build(cls, table, f"[{key}]"))
     model: ModelSpec = sections["model"]
     if not (model.name or model.path or model.config or model.gguf):
-        raise bad("[model] needs one of name, path, config or gguf")
-    lat: LatencySpec = sections["latency"]
-    if lat.input_tokens < 1 or lat.output_tokens < 2 or lat.iterations < 1 or lat.warmup < 0:
-        raise bad("[latency] needs input_tokens >= 1, output_tokens >= 2, iterations >= 1, warmup >= 0")
-    sweep: SweepSpec = sections["sweep"]
-    if any(c < 1 for c in sweep.concurrency):
-        raise bad("[sweep] concurrency levels must be >= 1")
+        raise BadInput("[model]: needs one of name, path, config or gguf")
 
-    arms_raw = data.get("arms")
-    if not isinstance(arms_raw, list) or not arms_raw:
-        raise bad("at least one [[arms]] table is required")
-    arms: list[Arm] = []
-    for i, a in enumerate(arms_raw):
-        if not isinstance(a, dict):
-            raise bad(f"[[arms]] #{i + 1} must be a table")
-        extra = set(a) - _ARM_KEYS
-        if extra:
-            k = min(extra)
-            raise bad(f"[[arms]] #{i + 1}: unknown key {k!r}{did_you_mean(k, _ARM_KEYS)}")
-        try:
-            arms.append(make_arm(
-                a.get("name"), weights=a.get("weights", "bf16"), kv=a.get("kv", "auto"),
-                quantization=a.get("quantization"), dtype=a.get("dtype", "auto"), model=a.get("model"),
-                baseline=bool(a.get("baseline", False)), engine_args=a.get("args", []),
-                env=a.get("env", {}), notes=a.get("notes", ""),
-            ))
-        except BadInput as exc:
-            raise bad(f"[[arms]] #{i + 1}: {exc}") from None
+    arms = _arms(data.get("arms"), data.get("baseline"))
     names = [a.name for a in arms]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise bad(f"duplicate arm name {min(dup)!r}")
-    try:
-        arms = with_baseline(arms, data.get("baseline"))
-    except BadInput as exc:
-        raise bad(str(exc)) from None
-
-    unknown_kl = [n for n in sections["eval"].kl_arms if n not in names]
+    ev: EvalSpec = sections["eval"]
+    unknown_kl = [n for n in ev.kl_arms if n not in names]
     if unknown_kl:
-        raise bad(f"[eval] kl.arms: no arm {unknown_kl[0]!r}{did_you_mean(unknown_kl[0], names)}; "
-                  f"arms: {', '.join(names)}")
-
-    ctx = data.get("context_len", 4096)
-    par = data.get("parallel", 1)
-    if not isinstance(ctx, int) or ctx < 1:
-        raise bad(f"context_len must be a positive integer, got {ctx!r}")
-    if not isinstance(par, int) or par < 1:
-        raise bad(f"parallel must be a positive integer, got {par!r}")
-    fleet = data.get("fleet", {})
-    if not isinstance(fleet, dict):
-        raise bad("[fleet] must be a table")
+        raise BadInput(f"[eval] kl.arms: no arm {unknown_kl[0]!r}{did_you_mean(unknown_kl[0], names)}; "
+                       f"arms: {', '.join(names)}")
+    if ev.kl_tokens and sections["engine"].kind == "vllm" and ev.kl_top_k > VLLM_MAX_TOP_K:
+        raise BadInput(f"[eval] kl.top_k: vLLM returns at most --max-logprobs (default {VLLM_MAX_TOP_K}) "
+                       f"prompt log-probabilities, got {ev.kl_top_k}")
+    if ev.task and ev.num_shots > SHIPPED_SHOTS:
+        raise BadInput(f"[eval] num_shots: {SHIPPED_SHOTS} exemplars ship with quantrack, got {ev.num_shots} "
+                       "(use `quantrack eval --data-dir` with a full GSM8K copy for more)")
     return Study(
-        name=name.strip(), description=str(data.get("description", "")), model=model, engine=engine, gpu=gpu,
-        arms=tuple(arms), context_len=ctx, parallel=par, latency=lat, sweep=sweep, eval=sections["eval"],
-        tracking=sections["tracking"], fleet=fleet, source=source,
+        name=top["name"].strip(), description=top.get("description", ""), model=model,
+        engine=sections["engine"], gpu=sections["gpu"], arms=tuple(arms),
+        context_len=top.get("context_len", 4096), parallel=top.get("parallel", 1), latency=sections["latency"],
+        sweep=sections["sweep"], eval=ev, tracking=sections["tracking"], fleet=top.get("fleet", {}), source=source,
     )
 
 
-_KL_KEYS = {"tokens": "kl_tokens", "top_k": "kl_top_k", "arms": "kl_arms", "baseline_util": "kl_baseline_util"}
+def _arms(raw: Any, baseline: Any) -> list[Arm]:
+    if raw is None or raw == []:
+        raise BadInput("at least one [[arms]] table is required")
+    if not isinstance(raw, list):
+        raise BadInput(f"arms: expected [[arms]] tables, got {shown(raw)}")
+    arms = [arm_from_table(a, f"[[arms]] #{i + 1}") for i, a in enumerate(raw)]
+    names = [a.name for a in arms]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise BadInput(f"duplicate arm name {min(dup)!r}")
+    if baseline is not None and (not isinstance(baseline, str) or not baseline):
+        raise BadInput(f"baseline: expected the name of an arm, got {shown(baseline)}")
+    return with_baseline(arms, baseline)
 
 
-def _kl_table(kl: Any, where: str, bad: Any) -> dict[str, Any]:
-    """``kl = { tokens, top_k, arms, baseline_util }`` -> EvalSpec fields, each checked."""
+def _eval_table(table: dict[str, Any]) -> dict[str, Any]:
+    """``[eval]`` with its ``kl = { tokens, top_k, arms, baseline_util }`` table (or flat ``kl_*`` keys)."""
+    kwargs = build(EvalSpec, table, "[eval]", skip=("kl",))
+    kl = table.get("kl")
+    if kl is None:
+        return kwargs
     if not isinstance(kl, dict):
-        raise bad(f"{where} kl must be a table like {{ tokens = 2000, top_k = 20 }}")
-    out: dict[str, Any] = {}
-    for k, v in kl.items():
-        if k not in _KL_KEYS:
-            raise bad(f"{where} kl: unknown key {k!r}{did_you_mean(k, _KL_KEYS)}")
-        if k in ("tokens", "top_k") and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "tokens" else 1)):
-            raise bad(f"{where} kl.{k} must be a {'non-negative' if k == 'tokens' else 'positive'} integer, got {v!r}")
-        if k == "arms" and (not isinstance(v, list) or not all(isinstance(a, str) and a for a in v)):
-            raise bad(f"{where} kl.arms must be a list of arm names, got {v!r}")
-        if k == "baseline_util" and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= 1):
-            raise bad(f"{where} kl.baseline_util must be a fraction in (0, 1], got {v!r}")
-        out[_KL_KEYS[k]] = tuple(v) if k == "arms" else float(v) if k == "baseline_util" else v
-    return out
+        raise BadInput(f"[eval] kl: expected a table like {{ tokens = 2000, top_k = 20 }}, got {shown(kl)}")
+    for key, value in kl.items():
+        if key not in _KL_KEYS:
+            raise BadInput(f"[eval] kl: unknown key {key!r}{did_you_mean(key, _KL_KEYS)}; keys: {', '.join(_KL_KEYS)}")
+        name = _KL_KEYS[key]
+        if name in kwargs:
+            raise BadInput(f"[eval] {name} given twice (also in the kl table as {key})")
+        kwargs[name] = convert(EvalSpec, name, value, f"[eval] kl.{key}")
+    return kwargs
 
 
-def _build(cls: type, sec: dict[str, Any], where: str, bad: Any) -> Any:
-    import dataclasses
+def reference_markdown() -> str:
+    """Every study key, generated from the schema (docs/study-reference.md is this text; a test keeps them equal)."""
+    from quantrack.arms import ArmTable
+    from quantrack.schema import markdown_rows
 
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    # friendly spellings
-    sec = dict(sec)
-    kwargs: dict[str, Any] = {}
-    if cls is EvalSpec and "kl" in sec:
-        kwargs.update(_kl_table(sec.pop("kl"), where, bad))  # checked there, typed as the fields want
-    for k, v in sec.items():
-        if k.startswith("kl_") and k in kwargs:
-            raise bad(f"{where} {k} given twice (also in the kl table)")
-        if k in ("kl_arms", "kl_baseline_util"):
-            kwargs.update(_kl_table({k[3:]: v}, where, bad))
-            continue
-        if k not in fields:
-            raise bad(f"{where} unknown key {k!r}{did_you_mean(k, fields)}")
-        default = fields[k].default
-        if isinstance(default, tuple):
-            if k == "env":
-                if not isinstance(v, dict):
-                    raise bad(f"{where} {k} must be a table of strings")
-                v = tuple(sorted((str(a), str(b)) for a, b in v.items()))
-            else:
-                if not isinstance(v, list):
-                    raise bad(f"{where} {k} must be a list")
-                v = tuple(v)
-        elif isinstance(default, bool):
-            if not isinstance(v, bool):
-                raise bad(f"{where} {k} must be true or false")
-        elif isinstance(default, float):
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise bad(f"{where} {k} must be a number")
-            v = float(v)
-        elif isinstance(default, int):
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise bad(f"{where} {k} must be an integer")
-        elif v is not None and not isinstance(v, str):
-            raise bad(f"{where} {k} must be a string")
-        kwargs[k] = v
-    return cls(**kwargs)
+    head = "| key | accepts | default | flag | meaning |\n|---|---|---|---|---|"
+    kl = {v: f"kl.{k}" for k, v in _KL_KEYS.items()}
+    parts = ["# Study file reference", "",
+             ("Generated from `quantrack/study.py` and `quantrack/arms.py` (`python -m quantrack.study`); each "
+             "key is validated when the study is read, with the same rule as its command-line flag where a command "
+             "has one (`serve`, `preflight`, `latency`, `sweep`, `eval`: `--<key>` with dashes, or the spelling in "
+             "the `flag` column). `[eval] kl` is a table "
+             "`kl = { tokens, top_k, arms, baseline_util }` (or flat `kl_*` keys); `[fleet]` is described in "
+             "docs/fleet.md."), "",
+             "## Top level", "", head, *markdown_rows(Study),
+             "| `baseline` | the name of an arm | the arm flagged `baseline`, else the first | | The baseline arm. |",
+             ""]
+    for key, cls in _SECTIONS.items():
+        parts += [f"## [{key}]", "", head, *markdown_rows(cls, rename=kl if cls is EvalSpec else None), ""]
+    parts += ["## [[arms]]", "", head, *markdown_rows(ArmTable), ""]
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -382,9 +382,29 @@ def _quick_http() -> Iterator[None]:
                 os.environ.pop(k, None)
 
 
+# MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, "Detect Issues"); quantrack's
+# runs are measurements with params and metrics, which its model-training view shows (the runs list). The UI
+# reads the tag ``mlflow.experimentKind`` (mlflow 3.17.2 server/js main bundle: values genai_development /
+# custom_model_development).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
+def _quiet_mlflow_logs() -> None:
+    """Keep MLflow's and alembic's INFO lines ("Creating initial MLflow database tables…") off quantrack's output;
+    their warnings and errors still show."""
+    import logging
+
+    for name in ("mlflow", "alembic"):
+        lg = logging.getLogger(name)
+        if lg.level == logging.NOTSET or lg.level < logging.WARNING:
+            lg.setLevel(logging.WARNING)
+
+
 def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
+    _quiet_mlflow_logs()  # after the import: importing mlflow configures its loggers at INFO
     return MlflowClient(tracking_uri=uri)
 
 
@@ -394,11 +414,14 @@ def experiment_id(client: Any, name: str, uri: str, create: bool = True) -> str 
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
+        if create and EXPERIMENT_KIND_TAG not in (exp.tags or {}):
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return str(exp.experiment_id)
     if not create:
         return None
     try:
-        return str(client.create_experiment(name, artifact_location=artifact_root_for(uri)))
+        return str(client.create_experiment(name, artifact_location=artifact_root_for(uri),
+                                            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}))
     except Exception:  # another process created it first
         exp = client.get_experiment_by_name(name)
         if exp is None:

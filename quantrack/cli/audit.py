@@ -16,7 +16,12 @@ def audit(experiments: tuple[str, ...], log_dirs: tuple[str, ...], fmt: str, tra
     """Per node: GPU, compute capability, MIG, engine version, requested quantization, effective kernel,
     fallback with its evidence line, capacity deviation and TPOT against the same GPU + arm median.
 
-    Exit code 4 when any node fell back, 0 otherwise.
+    Every engine's catalogue of fallback lines is searched in every log, whatever engine it reads as. A node that
+    cannot be read (engine unclear, log cut before the weights load, no fallback tag on a run, binary or empty
+    file) is UNKNOWN with its reason, never "no".
+
+    Exit codes: 4 when any node fell back; otherwise 5 when any node is unknown; 0 only when every node was read
+    and none fell back.
     """
     from quantrack.report.audit import audit as run_audit
     from quantrack.report.audit import render

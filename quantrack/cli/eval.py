@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
+from quantrack.cli.options import setting_option
 from quantrack.errors import BadInput
+from quantrack.study import EngineSpec, EvalSpec
 
 # sub-commands written in other modules, imported on first use; a missing module just hides the command
 LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {"kl": ("quantrack.cli.eval_kl", "kl")}
@@ -48,19 +50,16 @@ def _progress(done: int, total: int, errors: int) -> None:
 
 
 @click.group("eval", cls=EvalGroup, invoke_without_command=True)
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
-              help="Engine behind --base-url (recorded with the result).")
+@setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine behind --base-url (recorded with the result).")
 @click.option("--base-url", default=None, metavar="URL", help="The running server, e.g. http://127.0.0.1:8000.")
-@click.option("--task", default="gsm8k", show_default=True, help="Accuracy task (gsm8k).")
-@click.option("--num-questions", default=1319, show_default=True, type=int,
-              help="First N test questions (report the full 1319).")
-@click.option("--num-shots", default=5, show_default=True, type=int, help="Few-shot exemplars (first train examples).")
-@click.option("--max-tokens", default=256, show_default=True, type=int, help="Max new tokens per answer.")
+@setting_option(EvalSpec, "task", default="gsm8k", help="Accuracy task.")
+@setting_option(EvalSpec, "num_questions")
+@setting_option(EvalSpec, "num_shots")
+@setting_option(EvalSpec, "max_tokens")
 @click.option("--temperature", default=0.0, show_default=True, type=float)
-@click.option("--seed", default=42, show_default=True, type=int)
-@click.option("--concurrency", default=8, show_default=True, type=int, help="Requests in flight.")
-@click.option("--style", type=click.Choice(["vllm", "lm-eval"]), default="vllm", show_default=True,
-              help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.")
+@setting_option(EvalSpec, "seed")
+@setting_option(EvalSpec, "concurrency")
+@setting_option(EvalSpec, "style")
 @click.option("--model", default=None, help="Model name for the request (default: first of /v1/models).")
 @click.option("--output", "output", default="records.jsonl", show_default=True, type=click.Path(dir_okay=False),
               help="Per-question records, written as answers arrive.")

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
+
+from quantrack.cli.options import setting_option
+from quantrack.study import EngineSpec, EvalSpec
 
 
 @click.command("kl")
 @click.option("--baseline", required=True, metavar="URL", help="Baseline arm's server, e.g. http://127.0.0.1:8000.")
 @click.option("--candidate", required=True, metavar="URL", help="Candidate (quantized) arm's server.")
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default="vllm", show_default=True,
-              help="Engine both servers run (their logprob APIs differ).")
+@setting_option(EngineSpec, "kind", name="engine", help="Engine both servers run (their logprob APIs differ).")
 @click.option("--texts", "texts_path", type=click.Path(dir_okay=False), default=None,
               help='JSONL of {"prompt", "continuation"}; default: GSM8K test questions + reference answers.')
-@click.option("--tokens", default=2000, show_default=True, type=int, help="Stop after this many scored positions.")
-@click.option("--top-k", "top_k", default=20, show_default=True, type=int,
-              help="Log-probabilities per position and side (vLLM allows at most 20 by default).")
+@setting_option(EvalSpec, "kl_tokens", name="tokens", default=2000, help="Stop after this many scored positions.")
+@setting_option(EvalSpec, "kl_top_k", name="top_k")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON result here.")
 @click.option("--timeout", type=float, default=300.0, show_default=True,
@@ -36,7 +38,7 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
 
     check_writable(out, "--out")
     texts = load_texts(texts_path) if texts_path else None
-    tty = click.get_text_stream("stderr").isatty()
+    tty = sys.stderr.isatty()
     result = run_kl(baseline, candidate, engine, texts=texts, tokens=tokens, top_k=top_k,
                     progress=lambda msg: click.echo(f"\r{msg}" if tty else msg, err=True, nl=not tty),
                     texts_label=texts_path, timeout_s=timeout)

@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from quantrack.cli.options import setting_option
 from quantrack.errors import BadInput, MeasurementError
+from quantrack.study import EngineSpec, LatencySpec
 
 HELP = """Batch-1 latency against a running OpenAI-compatible server (measured).
 
@@ -36,21 +38,23 @@ Examples:
 
 
 @click.command("latency", help=HELP)
-@click.option("--engine", help="vllm | sglang | llamacpp")
+@setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine behind --base-url.")
 @click.option("--base-url", help="Server root, e.g. http://127.0.0.1:8000")
 @click.option("--label", help="Name of this arm in saved rows and merged tables.")
 @click.option("--save", "save", type=click.Path(dir_okay=False, path_type=Path), help="Write the result row (JSON).")
-@click.option("--chat", is_flag=True, help="Use /v1/chat/completions (prompt length becomes approximate).")
-@click.option("--input-tokens", type=int, default=1024, show_default=True)
-@click.option("--output-tokens", type=int, default=128, show_default=True)
-@click.option("--warmup", type=int, default=10, show_default=True)
-@click.option("--iterations", type=int, default=30, show_default=True)
+@setting_option(LatencySpec, "chat")
+# the spellings of `vllm bench latency` (vllm@00cae0753:vllm/benchmarks/latency.py add_cli_args): same meaning
+@setting_option(LatencySpec, "input_tokens", "--input-len")
+@setting_option(LatencySpec, "output_tokens", "--output-len")
+@setting_option(LatencySpec, "warmup", "--num-iters-warmup")
+@setting_option(LatencySpec, "iterations", "--num-iters")
 @click.option("--model", help="Model name to send (default: first id at /v1/models).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Sent as Authorization: Bearer; never printed or saved.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds without data before a request fails.")
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even if some samples failed.")
 @click.option("--merge", is_flag=True, help="Merge saved rows (FILES) into one table instead of measuring.")
-@click.option("--format", "fmt", type=click.Choice(["table", "md", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "md", "csv", "json"]), default="table", show_default=True,
+              help="How the result is printed: table (the full summary), json (the saved row), md/csv (one record).")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
 def latency(
     engine: str | None,
@@ -101,7 +105,7 @@ def latency(
     )
     _end_progress()
     row = result.to_row()
-    click.echo(render_result(row))
+    click.echo(render_measured(row, fmt))
     if save:
         _save(save, row)
         click.echo(f"saved {save}" + (" (interrupted: partial)" if result.interrupted else ""))
@@ -184,6 +188,17 @@ def render_result(row: dict[str, Any]) -> str:
         lines.append(f"note x{count}: {note}")
     lines.append("formulas: " + "; ".join(row["formulas"][k] for k in ("ttft", "tpot", "itl", "e2e")))
     return "\n".join(lines)
+
+
+def render_measured(row: dict[str, Any], fmt: str) -> str:
+    """One measured row in the chosen --format: the summary table, the row as saved (json), or one record."""
+    if fmt == "json":
+        return json.dumps(row, indent=2)
+    if fmt in ("md", "csv"):
+        from quantrack.measure.latency import flatten_row
+
+        return render_records([flatten_row(row, "measured")], fmt)
+    return render_result(row)
 
 
 def render_records(records: list[dict[str, Any]], fmt: str) -> str:

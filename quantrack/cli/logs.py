@@ -7,8 +7,10 @@ from typing import Any
 
 import click
 
+from quantrack.cli.options import model_options
+
 _ENGINES = ["auto", "vllm", "sglang", "llamacpp"]
-_COLUMNS = ["source", "engine", "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens",
+_COLUMNS = ["source", "engine", "engine_evidence", "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens",
             "max_concurrency", "max_concurrency_context", "cuda_graph_gib", "quantization", "linear_kernel",
             "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "warnings", "errors", "not_found"]
 
@@ -25,18 +27,28 @@ def _row(report: Any) -> dict[str, Any]:
     d["source"] = Path(d["source"]).name if d.get("source") else None
     for key in ("fallbacks", "warnings", "errors"):
         d[key] = [f"{e['kind']}@{e['line_no']}" for e in d[key]]
+    ev = d.get("engine_evidence") or []
+    d["engine_evidence"] = "; ".join(f"{e['marker']}@{e['line_no']}" for e in ev[:2]) or None
     return {k: d.get(k) for k in _COLUMNS}
 
 
 @logs.command("parse")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--engine", type=click.Choice(_ENGINES), default="auto", show_default=True)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+@click.option("--engine", type=click.Choice(_ENGINES), default="auto", show_default=True,
+              help="auto: score every engine's markers line by line and take the clear winner.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def parse(files: tuple[str, ...], engine: str, fmt: str) -> None:
-    """Figures from startup logs (each 'measured by the engine'); JSON is a list of reports."""
-    from quantrack.engines import parse_logs
+    """Figures from startup logs (each 'measured by the engine'); JSON is a list of reports, each with the lines
+    that decided its engine (engine_evidence).
+
+    A log whose engine is not clear is refused with the closest candidates: pass --engine."""
+    from quantrack.engines import parse_logs, unclear_engine_message
+    from quantrack.errors import BadInput
 
     reports = parse_logs(files, engine)
+    for r in reports:
+        if r.engine is None:
+            raise BadInput(unclear_engine_message(r))
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
         return
@@ -48,15 +60,65 @@ def parse(files: tuple[str, ...], engine: str, fmt: str) -> None:
     click.echo(render(table, "table", title="startup logs (figures as printed by the engine)"))
 
 
+_SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
+
+
+def _shape(opts: dict[str, Any]) -> Any:
+    """The model from the shared model options (cli/options.py), resolved as ``plan`` does."""
+    from quantrack import catalog
+    from quantrack.errors import BadInput
+
+    shapes = [k for k in _SHAPE_FLAGS if opts.get(k) is not None]
+    sources = [f for f in ("model", "config", "gguf") if opts.get(f)] + (["params ..."] if shapes else [])
+    if len(sources) > 1:
+        raise BadInput(f"give one model source, not {' and '.join('--' + s for s in sources)}")
+    if not sources:
+        raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/"
+                       "--head-dim")
+    if opts.get("model"):
+        from quantrack.hub import resolve_model
+
+        return resolve_model(opts["model"])  # a catalog name, or ORG/NAME[@REV] from the Hub
+    if opts.get("config"):
+        from quantrack.hfconfig import load_hf_config
+
+        return load_hf_config(opts["config"])
+    if opts.get("gguf"):
+        from quantrack.ggufmeta import load_gguf
+
+        return load_gguf(opts["gguf"])
+    missing = [k for k in _SHAPE_FLAGS if opts.get(k) is None]
+    if missing:
+        raise BadInput("--params needs " + ", ".join("--" + k.replace("_", "-") for k in missing))
+    values: dict[str, float] = {}
+    for k in _SHAPE_FLAGS:
+        try:
+            values[k] = float(str(opts[k]).replace("_", "").replace(",", ""))
+        except ValueError:
+            raise BadInput(f"--{k.replace('_', '-')} must be a number, got {opts[k]!r}") from None
+        if not values[k] > 0:
+            raise BadInput(f"--{k.replace('_', '-')} must be greater than zero, got {opts[k]!r}")
+    return catalog.ModelShape(name="custom", params=values["params"], layers=int(values["layers"]),
+                              kv_heads=int(values["kv_heads"]), head_dim=int(values["head_dim"]),
+                              source="command-line shapes")
+
+
 @logs.command("reconcile")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--model", required=True, help="Model catalog name (see `quantrack catalog`).")
+@click.argument("file", type=click.Path(dir_okay=True))
+@model_options
+@click.option("--arm", "arm_spec", default=None, metavar="ARM",
+              help="The arm the log ran (a preset such as bf16, fp8, fp8-kv, or weights=..,kv=..). Default: from the "
+                   "log's quantization lines; when they do not establish it, reconcile refuses.")
 @click.option("--gpu", default=None,
               help="GPU catalog name (required for vLLM/SGLang logs unless the log reports the device total).")
 @click.option("--vram", default=None,
               help="Device memory to predict with (23.58GiB, 24 = GiB, 16GB); wins over the log's total and --gpu.")
 @click.option("--util", type=float, default=None, help="gpu_memory_utilization / mem_fraction_static used.")
 @click.option("--context-len", type=int, default=None, help="Context length (default: from the log).")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel size (default: from the log; it must agree).")
+@click.option("--pp", type=int, default=None, help="Pipeline-parallel size (pp > 1 is refused: not modelled).")
+@click.option("--dp", type=int, default=None, help="Data-parallel replicas (default: from the log).")
+@click.option("--slots", type=int, default=None, help="llama.cpp: parallel slots (-np; default: from the log).")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=None,
               help="vLLM: tokens the profile run used (V0 without chunked prefill: max_model_len). "
                    "Default: vLLM V1's default for the GPU.")
@@ -64,25 +126,38 @@ def parse(files: tuple[str, ...], engine: str, fmt: str) -> None:
               help="vLLM: max_num_seqs the engine ran with (V0 default 256). Default: V1's default for the GPU.")
 @click.option("--engine", type=click.Choice(_ENGINES), default="auto", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def reconcile_cmd(file: str, model: str, gpu: str | None, vram: str | None, util: float | None,
-                  context_len: int | None, max_num_batched_tokens: int | None, max_num_seqs: int | None,
-                  engine: str, fmt: str) -> None:
-    """The engine-aware prediction (derived) next to the log's figures (measured), error in %.
+def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | None, util: float | None,
+                  context_len: int | None, tp: int | None, pp: int | None, dp: int | None, slots: int | None,
+                  max_num_batched_tokens: int | None, max_num_seqs: int | None, engine: str, fmt: str,
+                  **model_opts: Any) -> None:
+    """The engine-aware prediction (derived) next to the log's figures (measured), error in %, per rank and in
+    total.
 
-    Device memory: --vram if given, else the total the log reports (vLLM V0's total_gpu_memory), else --gpu's."""
+    The arm comes from the log's quantization lines or --arm; device memory: --vram if given, else the total the
+    log reports (vLLM V0's total_gpu_memory), else --gpu's."""
     from quantrack.engines import reconcile
 
-    result = reconcile(file, model, gpu=gpu, util=util, context_len=context_len, engine=engine, vram=vram,
-                       max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    arm = None
+    if arm_spec is not None:
+        from quantrack.arms import parse_arm_spec
+
+        arm = parse_arm_spec(arm_spec)
+    shape = _shape(model_opts)
+    result = reconcile(file, shape, gpu=gpu, util=util, context_len=context_len, engine=engine, vram=vram, tp=tp,
+                       pp=pp, dp=dp, arm=arm, slots=slots, max_num_batched_tokens=max_num_batched_tokens,
+                       max_num_seqs=max_num_seqs)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=str))
         return
     from quantrack.render import render
 
+    layout = ", ".join(f"{k} {v}" for k, v in result["parallel"].items())
     title = (f"{result['engine']} log vs plan: model {result['model']}, gpu {result['gpu'] or '-'}, "
-             f"arm {result['arm']['name']} (inferred from the log), context {result['context_len']}")
+             f"arm {result['arm']['name']} (from {result['arm_source']}), {layout}, context {result['context_len']}")
     click.echo(render(result["rows"], "table", title=title,
                       headers={"predicted": "predicted (derived)", "log": "log (measured)", "error_pct": "error %"}))
+    click.echo("parallel layout: " + "; ".join(f"{k} {result['parallel'][k]} ({v})"
+                                                  for k, v in result["parallel_basis"].items()))
     if result.get("memory_basis"):
         click.echo(f"device memory: {result['memory_basis']}")
     settings = result.get("settings") or {}

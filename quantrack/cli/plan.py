@@ -51,7 +51,9 @@ def build_request(opts: dict[str, Any]) -> Any:
     if not sources:
         raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/--head-dim")
     if opts.get("model"):
-        shape = catalog.get_model(opts["model"])
+        from quantrack.hub import resolve_model
+
+        shape = resolve_model(opts["model"])
     elif opts.get("config"):
         from quantrack.hfconfig import load_hf_config
 
@@ -106,7 +108,15 @@ def build_request(opts: dict[str, Any]) -> Any:
     if (mnbt or mns) and opts.get("engine") != "vllm":
         given = " and ".join(f"--{k}" for k, v in (("max-num-batched-tokens", mnbt), ("max-num-seqs", mns)) if v)
         raise BadInput(f"{given}: vLLM's profile settings, used by the engine-aware column; add --engine vllm")
-    arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]]) if opts.get("arm") else default_arms()
+    if opts.get("arm"):
+        arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]])
+    elif shape.checkpoint is not None and shape.checkpoint.weight_format:
+        arms = checkpoint_arms(shape.checkpoint.weight_format)  # a pre-quantized checkpoint serves its own format
+    elif shape.checkpoint is not None:
+        # a 16-bit checkpoint: the arms an engine can make from it at load time (no 4-bit: that is another repo)
+        arms = with_baseline([parse_arm_spec(n) for n in ("bf16", "fp8", "fp8-kv", "int8")])
+    else:
+        arms = default_arms()
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise BadInput(f"--arm given twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
@@ -115,6 +125,14 @@ def build_request(opts: dict[str, Any]) -> Any:
         overhead_bytes=float(overhead), tp=tp, context_len=ctx, engine=opts.get("engine"), gpu_name=gpu_name,
         decimal=decimal, max_num_batched_tokens=mnbt, max_num_seqs=mns,
     )
+
+
+def checkpoint_arms(weight_format: str) -> list[Any]:
+    """The arms a pre-quantized checkpoint can serve: its weights with the model's KV, and with FP8 KV."""
+    from quantrack.arms import make_arm, with_baseline
+
+    return with_baseline([make_arm(weight_format, weights=weight_format),
+                          make_arm(f"{weight_format}-kv-fp8", weights=weight_format, kv="fp8")])
 
 
 def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
@@ -142,7 +160,18 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
     if not any(d["notes"] for d in table):
         for d in table:
             d.pop("notes")
-    return render(table, "md" if fmt == "md" else "table", title=req.title() + _profile_note(req))
+    out = render(table, "md" if fmt == "md" else "table", title=req.title() + _profile_note(req))
+    from quantrack.capacity import layout_notes
+
+    lines = [f"note: {n}" for n in layout_notes(req.shape)]
+    if req.tp > 1 and rows:
+        lines.append(f"note: KV bytes/token is summed over the {req.tp} TP ranks: "
+                     f"{rows[0].kv_bytes_per_token / req.tp:,.0f} per rank for {rows[0].arm}")
+    ckpt = req.shape.checkpoint
+    if ckpt is not None:
+        lines.append(f"weights from {ckpt.source}: {ckpt.total_bytes:,} B"
+                     + (f"; {ckpt.skipped}" if ckpt.skipped else ""))
+    return out + ("\n" + "\n".join(lines) if lines else "")
 
 
 def _profile_note(req: Any) -> str:

@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
-from quantrack.cli.options import model_options
+from quantrack.cli.options import model_options, setting_option
 from quantrack.errors import BadInput
+from quantrack.study import EngineSpec, GpuSpec, Study
 
 _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
 
@@ -35,7 +36,9 @@ def model_from_options(opts: dict[str, Any]) -> Any:
     if len(sources) > 1:
         raise BadInput(f"give one model source, not {' and '.join(sources)}")
     if opts.get("model"):
-        return catalog.get_model(opts["model"])
+        from quantrack.hub import resolve_model
+
+        return resolve_model(opts["model"])
     if opts.get("config"):
         from quantrack.hfconfig import load_hf_config
 
@@ -142,16 +145,18 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
 
 @click.command("preflight")
 @click.option("--gpu", help="Catalog GPU name, or 'auto' for every GPU NVML sees on this node.")
-@click.option("--engine", default=None, help="vllm | sglang | llamacpp (default vllm, or the study's).")
-@click.option("--engine-version", help="Engine version, e.g. 0.33.0 (default: the version the rules were read from).")
-@click.option("--cuda", help="CUDA version the engine was built with, e.g. 12.4 (not the driver's).")
+@setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine (default vllm, or the study's).")
+@setting_option(EngineSpec, "version", name="engine_version",
+                help="Engine version, e.g. 0.33.0 (default: the version the rules were read from).")
+@setting_option(GpuSpec, "cuda", help="CUDA version the engine was built with, e.g. 12.4 (not the driver's).")
 @click.option("--mig/--no-mig", default=None, help="The catalog GPU is a MIG slice (NVML reports it with --gpu auto).")
 @model_options
 @click.option("--arm", multiple=True, help="Preset (bf16, fp8, fp8-kv, kv-fp8, int8, w4a16, awq, gptq) or weights=..,kv=..")
 @click.option("--study", type=click.Path(dir_okay=False), help="A study file (TOML) instead of --arm.")
-@click.option("--util", type=float, help="GPU memory utilisation (vLLM) / mem fraction (SGLang).")
-@click.option("--context-len", type=int, help="Context length (--max-model-len).")
-@click.option("--tp", type=int, default=None, help="Tensor-parallel size.")
+@setting_option(GpuSpec, "util", default=None)
+@setting_option(Study, "context_len", default=None, help="Context length (--max-model-len; default: the study's "
+                "or the model's).")
+@setting_option(GpuSpec, "count", name="tp", default=None, help="Tensor-parallel size (default 1, or the study's).")
 @click.option("--strict", is_flag=True, help="Exit 3 on warnings too.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 @click.pass_context

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import click
 
+from quantrack.cli.options import setting_option
+from quantrack.study import EngineSpec, GpuSpec, Study
+
 
 @click.command("serve")
 @click.argument("study_file", required=False, metavar="[STUDY.toml]", type=click.Path(dir_okay=False))
 @click.option("--arm", "arm_name", required=True,
               help="Arm name in the study, or (without a study) a preset / weights=…,kv=… / a llama.cpp KV type.")
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "llamacpp"]), default=None,
-              help="Engine (without a study).")
+@setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine (without a study).")
 @click.option("--model", default=None, help="What the engine serves: HF id, local dir or GGUF file (without a study).")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=0, show_default=True, help="0 = pick a free port.")
-@click.option("--context-len", type=int, default=None)
-@click.option("--parallel", type=int, default=1, show_default=True, help="llama.cpp slots (-np).")
-@click.option("--util", type=float, default=None, help="vLLM --gpu-memory-utilization / SGLang --mem-fraction-static.")
-@click.option("--tp", type=int, default=1, show_default=True)
+@setting_option(EngineSpec, "host")
+@setting_option(EngineSpec, "port")
+@setting_option(Study, "context_len", default=None, help="Context length (--max-model-len / llama.cpp -c; default: "
+                "the engine's).")
+@setting_option(Study, "parallel")
+@setting_option(GpuSpec, "util", default=None)
+@setting_option(GpuSpec, "count", name="tp")
 @click.option("--log", "log_path", default=None, type=click.Path(dir_okay=False), help="Server log file.")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for /health.")
+@setting_option(EngineSpec, "ready_timeout_s", name="timeout")
 @click.option("--dry-run", is_flag=True, help="Print the launch command and exit.")
 def serve(study_file: str | None, arm_name: str, engine: str | None, model: str | None, host: str, port: int,
           context_len: int | None, parallel: int, util: float | None, tp: int, log_path: str | None,

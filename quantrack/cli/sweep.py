@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from quantrack.cli.options import setting_option
 from quantrack.errors import BadInput, MeasurementError
+from quantrack.study import EngineSpec, LatencySpec, SweepSpec
 
 HELP = """Throughput and latency at several concurrency levels (measured).
 
@@ -32,13 +34,18 @@ Examples:
 
 
 @click.command("sweep", help=HELP)
-@click.option("--engine", help="vllm | sglang | llamacpp")
+@setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine behind --base-url.")
 @click.option("--base-url", help="Server root, e.g. http://127.0.0.1:8000")
-@click.option("--concurrency", default="1,4,16,64", show_default=True, help="Comma-separated levels.")
-@click.option("--requests", "requests_per_level", type=int, help="Requests per level (default 4 x level, >= 8).")
-@click.option("--input-tokens", type=int, default=1024, show_default=True)
-@click.option("--output-tokens", type=int, default=128, show_default=True)
-@click.option("--warmup", type=int, default=2, show_default=True, help="Requests sent one at a time before the first level.")
+@setting_option(SweepSpec, "concurrency", default=(1, 4, 16, 64), help="Comma-separated levels.")
+@setting_option(SweepSpec, "requests_per_level")
+# --random-input-len / --random-output-len: `vllm bench serve` and `sglang.bench_serving` (random dataset,
+# sglang@0033168f0:python/sglang/bench_serving.py usage); --input-len / --output-len: `vllm bench latency`
+@setting_option(SweepSpec, "input_tokens", "--input-len", "--random-input-len", default=1024,
+                help="Prompt length in tokens.")
+@setting_option(SweepSpec, "output_tokens", "--output-len", "--random-output-len", default=128,
+                help="Output tokens per request (ignore_eos); TPOT needs two.")
+@setting_option(LatencySpec, "warmup", default=2, help="Requests sent one at a time before the first level.")
+@click.option("--num-prompts", type=int, hidden=True, expose_value=False, callback=lambda _c, _p, v: _no_num_prompts(v))
 @click.option("--chat", is_flag=True, help="Use /v1/chat/completions (prompt length becomes approximate).")
 @click.option("--model", help="Model name to send (default: first id at /v1/models).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Sent as Authorization: Bearer; never printed or saved.")
@@ -52,8 +59,8 @@ Examples:
 def sweep(
     engine: str | None,
     base_url: str | None,
-    concurrency: str,
-    requests_per_level: int | None,
+    concurrency: tuple[int, ...],
+    requests_per_level: int,
     input_tokens: int,
     output_tokens: int,
     warmup: int,
@@ -88,13 +95,13 @@ def sweep(
     if not engine or not base_url:
         raise BadInput("--engine and --base-url are required (or use --plot BASE.json ARM.json)")
 
-    from quantrack.measure.sweep import parse_concurrency, run_sweep
+    from quantrack.measure.sweep import run_sweep
 
     result = run_sweep(
         base_url,
         engine,
-        parse_concurrency(concurrency),
-        requests_per_level=requests_per_level,
+        list(concurrency),
+        requests_per_level=requests_per_level or None,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         warmup=warmup,
@@ -127,6 +134,13 @@ def sweep(
             reasons[e] = reasons.get(e, 0) + 1
         text = "; ".join(f"{k} (x{v})" for k, v in reasons.items())
         raise MeasurementError(f"{failed} requests failed: {text} (use --allow-failures to accept)")
+
+
+def _no_num_prompts(value: int | None) -> None:
+    """vLLM/SGLang's --num-prompts counts every request of a run; quantrack's --requests counts per level."""
+    if value is not None:
+        raise BadInput("--num-prompts (vllm bench serve / sglang.bench_serving) counts the requests of the whole "
+                       "run; quantrack sweep measures each level separately: give --requests N per level")
 
 
 def _f(v: Any, digits: int = 2) -> str:

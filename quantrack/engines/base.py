@@ -48,6 +48,8 @@ class LogReport:
     warnings: list[LogEvent] = field(default_factory=list)
     errors: list[LogEvent] = field(default_factory=list)
     not_found: list[str] = field(default_factory=list)  # names of the fields above the log did not give
+    engine_evidence: list[dict[str, Any]] = field(default_factory=list)  # the lines that decided the engine
+    detection: dict[str, Any] = field(default_factory=dict)  # how the engine was chosen (auto scores | given)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from quantrack.engines.logparse import (
     parse_float,
     parse_int,
     scan,
+    startup_only,
 )
 from quantrack.errors import BadInput
 
@@ -64,21 +65,36 @@ def llamacpp_options(spec: LaunchSpec) -> list[str]:
 
 
 # --- log patterns (engine-facts §1.4) ---------------------------------------------------------------
-_FILE_TYPE = re.compile(r"print_info: file type\s+= (.+?)\s*$")                       # llama-model-loader.cpp:L1805
-_FILE_SIZE = re.compile(r"print_info: file size\s+= ([\d.]+) (MiB|GiB) \(([\d.]+) BPW\)")  # L1807, L1809
-_PARAMS = re.compile(r"print_info: model params\s+= ([\d.]+) ([KMBT])")               # llama-model.cpp:L2161
+# before print_info (2025-01) the same facts came from llm_load_print_meta: "model ftype = IQ2_XSS - 2.0625 bpw",
+# "model size = 11.44 GiB (2.10 BPW)" (github.com/ggml-org/llama.cpp/issues/5137)
+_META = r"(?:print_info|llm_load_print_meta)"
+_FILE_TYPE = re.compile(_META + r": (?:file type|model ftype)\s+= (.+?)\s*$")              # llama-model-loader.cpp:L1805
+_FILE_SIZE = re.compile(_META + r": (?:file|model) size\s+= ([\d.]+) (MiB|GiB) \(([\d.]+) BPW\)")  # L1807, L1809
+_PARAMS = re.compile(_META + r": model params\s+= ([\d.]+) ([KMBT])")                     # llama-model.cpp:L2161
+_META_INT = re.compile(_META + r": (n_layer|n_head_kv|n_ctx_train|n_embd|n_head)\s+= (\d+)\s*$")
 _TYPE_COUNT = re.compile(r"llama_model_loader: - type\s+(\w+):\s+(\d+) tensors")       # llama-model-loader.cpp:L825
-_MODEL_BUF = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")  # llama-model.cpp:L1930
+# old builds: "llm_load_tensors:      CUDA0 buffer size =  5434.38 MiB" (github.com/ggml-org/llama.cpp/pull/6122)
+_MODEL_BUF = re.compile(r"load_tensors:\s+(\S+) (?:model )?buffer size =\s+([\d.]+) MiB")  # llama-model.cpp:L1930
 _OFFLOAD = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")           # llama-model.cpp:L1924
-_CTX = re.compile(r"llama_context: (n_ctx|n_ctx_seq|flash_attn|kv_unified|n_batch|n_ubatch)\s+= (\S+)")  # L309-L315
+_CTX = re.compile(r"(?:llama_context|llama_new_context_with_model): (n_ctx|n_ctx_seq|n_ctx_per_seq|n_seq_max|flash_attn|"
+                  r"mla_attn|kv_unified|n_batch|n_ubatch)\s+= (\S+)")  # llama-context.cpp:L309-L315; old prefix: PR 6122
+# old builds: "llama_new_context_with_model: KV self size  = 5120.00 MiB, K (f16): 2560.00 MiB, V (f16): 2560.00 MiB"
+# (github.com/ggml-org/llama.cpp/pull/6122, /issues/5137)
+_KV_SELF = re.compile(r"KV self size\s+=\s+([\d.]+) MiB, K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB")
+_ISWA = re.compile(r"creating (non-SWA|SWA) KV cache, size = (\d+) cells")  # github.com/ggml-org/llama.cpp/issues/14043
 _KV_TOTAL = re.compile(                                                                # llama-kv-cache.cpp:L301
     r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/(\d+) seqs\), "
     r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
 )
-_KV_BUF = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")        # llama-kv-cache.cpp:L291
-_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)")              # real xllamacpp log
+_KV_BUF = re.compile(r"llama_kv_cache(?:_init|_unified)?:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")  # llama-kv-cache.cpp:L291
+_SLOTS = re.compile(r"initializing(?: slots)?, n_slots = (\d+)(?:, n_ctx_slot = (\d+))?")  # xllamacpp log; issue 17300
+# per-slot lines: "slot   load_model: id  3 | task -1 | new slot, n_ctx = 1024" (github.com/ggml-org/llama.cpp/issues/23652);
+# old server: " -> Slot 0 - max context: 512" (github.com/ggml-org/llama.cpp/pull/5104)
+_SLOT_LINE = re.compile(r"(?:slot +\w+: id +(\d+) \| task -?\d+ \| new slot,? n_ctx(?:_slot)? = (\d+)|-> Slot (\d+) - max "
+                        r"context: (\d+))")
+_ROCM_DEV = re.compile(r"Device \d+: (.+?), (gfx\w+)")                                  # issue 18011 (HIP build)
 _BUILD_INFO = re.compile(r"build_info: (\S+)")                                          # real xllamacpp log
-_BUILD = re.compile(r"\bbuild: (\d+ \([0-9a-f]+\))")
+_BUILD = re.compile(r"\b(?:build(?::| =)|version:) (\d+ \([0-9a-f]+\))")  # "version: 5201 (85f36e5e)" (issue 13145)  # "main: build = 1971 (1182cf4d)" (issue 5137)
 _CUDA_DEV = re.compile(r"Device \d+: (.+?), compute capability (\d+\.\d+)")            # ggml-cuda.cu:L345
 _USING_DEV = re.compile(r"using device (\S+) \((.+?)\)")                                # llama.cpp:L306
 _CPU_DEV = re.compile(r"- CPU\s+: (.+?) \(\d+ MiB")                                     # real xllamacpp log
@@ -94,11 +110,15 @@ _SCALE = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 
 
 def _file_type(b: ReportBuilder, ln: Line) -> None:
+    m = _META_INT.search(ln.text)
+    if m:
+        b.extra(m.group(1), int(m.group(2)))
+        return
     m = _FILE_TYPE.search(ln.text)
     if m:
         ftype = m.group(1).strip()
         b.extra("file_type", ftype)
-        b.set("quantization", ftype.split(" - ")[0].replace("MOSTLY_", ""))
+        b.set("quantization", ftype.split(" - ")[0].replace("MOSTLY_", "").strip())
         return
     m = _FILE_SIZE.search(ln.text)
     if m:
@@ -126,18 +146,36 @@ def _model_buf(b: ReportBuilder, ln: Line) -> None:
         bufs = b.report.extra.setdefault("model_buffers_mib", {})
         bufs.setdefault(m.group(1), float(m.group(2)))
         return
+
+
+
+def _offload(b: ReportBuilder, ln: Line) -> None:
+    """``offloaded N/M layers to GPU`` with N < M: part (or all) of the model runs on the CPU."""
     m = _OFFLOAD.search(ln.text)
-    if m:
-        b.extra("offloaded_layers", f"{m.group(1)}/{m.group(2)}")
+    if not m or "offloaded_layers" in b.report.extra:
+        return
+    n, total = int(m.group(1)), int(m.group(2))
+    b.extra("offloaded_layers", f"{n}/{total}")
+    if n == 0:
+        b.fallback("no_gpu_offload", ln)
+    elif n < total:
+        b.fallback("partial_gpu_offload", ln)
 
 
 def _ctx(b: ReportBuilder, ln: Line) -> None:
     m = _CTX.search(ln.text)
     if m:
         key, val = m.group(1), m.group(2)
-        b.extra(key, parse_int(val) if key.startswith("n_") else val)
-        if key == "flash_attn" and val in ("enabled", "disabled", "on", "off", "true", "false"):
-            b.set("attention_backend", "flash_attn" if val in ("enabled", "on", "true") else "standard")
+        b.extra(key, parse_int(val) if key.startswith("n_") or key == "mla_attn" else val)
+        if key == "flash_attn" and val in ("enabled", "disabled", "on", "off", "true", "false", "1", "0"):
+            b.set("attention_backend", "flash_attn" if val in ("enabled", "on", "true", "1") else "standard")
+        return
+    m = _KV_SELF.search(ln.text)
+    if m and "kv_mib" not in b.report.extra:
+        total, ktype, kmib, vtype, vmib = float(m.group(1)), m.group(2), float(m.group(3)), m.group(4), float(m.group(5))
+        b.report.extra.update({"kv_mib": total, "k_type": ktype, "k_mib": kmib, "v_type": vtype, "v_mib": vmib})
+        b.set("available_kv_gib", round(total / 1024, 4))
+        b.set("kv_cache_dtype", ktype if ktype == vtype else f"K={ktype},V={vtype}")
 
 
 def _fa_auto(b: ReportBuilder, ln: Line) -> None:
@@ -167,13 +205,26 @@ def _kv(b: ReportBuilder, ln: Line) -> None:
     if m:
         bufs = b.report.extra.setdefault("kv_buffers_mib", {})
         bufs.setdefault(m.group(1), float(m.group(2)))
+        return
+    m = _ISWA.search(ln.text)
+    if m:
+        b.extra("kv_cells_non_swa" if m.group(1) == "non-SWA" else "kv_cells_swa", int(m.group(2)))
 
 
 def _slots(b: ReportBuilder, ln: Line) -> None:
     m = _SLOTS.search(ln.text)
     if m:
+        b.extra("n_slots", int(m.group(1)))
         b.set("max_concurrency", float(m.group(1)))
-        b.set("max_concurrency_context", int(m.group(2)))
+        if m.group(2):
+            b.set("max_concurrency_context", int(m.group(2)))
+        return
+    m = _SLOT_LINE.search(ln.text)
+    if m:
+        slot, n_ctx = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+        ids = b.report.extra.setdefault("_slot_ids", set())
+        ids.add(int(slot))
+        b.set("max_concurrency_context", int(n_ctx))
 
 
 def _build(b: ReportBuilder, ln: Line) -> None:
@@ -187,6 +238,11 @@ def _device(b: ReportBuilder, ln: Line) -> None:
     if m:
         b.set("gpu", m.group(1))
         b.extra("compute_capability", m.group(2))
+        return
+    m = _ROCM_DEV.search(ln.text)
+    if m:
+        b.set("gpu", m.group(1))
+        b.extra("gpu_arch", m.group(2))
         return
     m = _CPU_DEV.search(ln.text)
     if m:
@@ -211,31 +267,57 @@ def _errors(b: ReportBuilder, ln: Line) -> None:
 
 
 _KV_DONE = done_when("kv_mib")
+# Fallback and degraded-mode lines: looked for in every log, whatever engine was detected.
+FALLBACK_RULES: list[RuleSpec] = [
+    ("layers to GPU", _offload, startup_only(2, "offloaded_layers")),  # printed while the tensors load
+    ("required fallback quantization", _fallback_q),
+    # CPU fallbacks: ggml-cuda's "%s: failed to initialize CUDA: %s" (printed by ggml_cuda_init), and "warning: no
+    # usable GPU found, --gpu-layers option will be ignored" as printed in llama.cpp's own CI logs (public code search)
+    ("failed to initialize CUDA", lambda b, ln: b.fallback("cuda_init_failed_cpu", ln), startup_only()),
+    ("no usable GPU found", lambda b, ln: b.fallback("no_usable_gpu_cpu", ln), startup_only()),
+]
 RULES: list[RuleSpec] = [
-    ("print_info:", _file_type, done_when("file_type", "file_size_mib", "model_params")),
+    *FALLBACK_RULES,
+    ("print_info:", _file_type, done_when("file_type", "file_size_mib", "model_params", "n_ctx_train")),
+    ("print_meta:", _file_type, done_when("file_type", "file_size_mib", "model_params", "n_ctx_train")),
     ("- type ", _type_count, done_when("file_type")),
     ("load_tensors:", _model_buf, _KV_DONE),
     ("llama_context:", _ctx, _KV_DONE),
+    ("context_with_model:", _ctx, _KV_DONE),
     ("Flash Attention", _fa_auto, done_when("attention_backend")),
-    ("llama_kv_cache:", _kv, _KV_DONE),
-    ("n_slots =", _slots, done_when("max_concurrency")),
+    ("KV self size", _ctx, _KV_DONE),
+    ("llama_kv_cache", _kv, _KV_DONE),
+    ("n_slots =", _slots, done_when("n_slots")),
+    ("new slot", _slots, done_when("n_slots")),
+    ("-> Slot ", _slots, done_when("n_slots")),
     ("build", _build, done_when("engine_version")),
+    ("version: ", _build, done_when("engine_version")),
     ("Device ", _device, _KV_DONE),
     ("- CPU ", _device, _KV_DONE),
-    ("required fallback quantization", _fallback_q),
-    ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln)),
+    ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln),
+     startup_only()),
     ("error", _errors),
     ("failed", _errors),
-    ("Unsupported cache type", _errors),
+    ("Unsupported cache type", _errors, startup_only()),
     ("requires", _errors),
     (" E ", _errors),
 ]
 
 
-def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None) -> LogReport:
+def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
+                       extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("llamacpp", source, EXPECTED)
-    scan(lines, b, RULES)
+    scan(lines, b, [*RULES, *extra_rules])
     r = b.report
+    slot_ids = r.extra.pop("_slot_ids", None)
+    if slot_ids and "n_slots" not in r.extra:
+        r.extra["n_slots"] = len(slot_ids)
+        r.max_concurrency = float(len(slot_ids))
+        r.extra.setdefault("derived", {})["n_slots"] = "distinct slot ids in the per-slot lines"
+    if r.kv_cache_tokens is None and "kv_mib" in r.extra and r.extra.get("n_ctx"):
+        # builds without the "cells" line size the cache at n_ctx cells (llama.cpp of 2024)
+        r.kv_cache_tokens = int(r.extra["n_ctx"])
+        r.extra.setdefault("derived", {})["kv_cache_tokens"] = "n_ctx (old builds: one cell per context token)"
     bufs = r.extra.get("model_buffers_mib")
     if bufs:
         r.extra["model_buffers_total_mib"] = round(sum(bufs.values()), 2)
@@ -326,7 +408,10 @@ class LlamacppAdapter(EngineAdapter):
         return parse_llamacpp_log(lines, source)
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        return parse_llamacpp_log(FileSource(str(path)), source=str(path))
+        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
+        from quantrack.engines import parse_log_file
+
+        return parse_log_file(path, self.kind, strict=False)
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """``/props``, ``/v1/models``, ``/slots``, ``/metrics``: llama-server's routes (ggml-org/llama.cpp

@@ -5,10 +5,13 @@ turning any byte soup into numbered text lines, and the bookkeeping every parser
 value wins, so lines repeated by every tensor-parallel rank count once; events de-duplicated;
 ``not_found`` filled from the fields an engine's log is expected to give).
 
-Prefix formats (engine-facts.md and the real reference logs):
-- vLLM:      ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text`` (process tag optional)
-- SGLang:    ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text``
+Prefix formats (engine-facts.md, the real reference logs and the public excerpts in tests/data/public-logs/):
+- vLLM:      ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text`` (process tag optional; its rank
+  tags TP/PP/DP/rank= are recorded as ``*_size_seen``)
+- SGLang:    ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text`` / 0.3's ``[16:43:29 TP0] text``
 - llama.cpp: ``0.00.291.950 I text`` (xllamacpp / llama-server with timestamps) or plain ``text``
+Wrappers other programs add in front (docker compose ``name  | ``, a ``[pid] ``, ``vLLM STDOUT: ``, ``> ``) are
+peeled off first. Rules marked ``startup_only`` stop being searched after the first 8 MiB of a file.
 """
 
 from __future__ import annotations
@@ -30,11 +33,19 @@ _VLLM_PREFIX = re.compile(
 )
 _VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[^)]{1,80})\)\s")
 _SGLANG_PREFIX = re.compile(
-    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?"
+    r"^\[(?P<ts>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?"
 )
 _LLAMACPP_PREFIX = re.compile(r"^(?P<ts>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[DIWEN]) ")
 
 _LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "N": "INFO"}
+# What other programs put in front of an engine's own prefix (seen in public logs, tests/data/public-logs):
+# docker compose "llama-1  | ", a "[47161] " process id, "vLLM STDOUT: " (unsloth), a "> " quote, "**" bold.
+_WRAPPER = re.compile(r"^(?:[\w.-]{1,40} +\| |\[\d{1,9}\] |vLLM STDOUT: |> |\*\*)+")
+# rank tags in process prefixes: vLLM "(VllmWorker TP1 pid=..)", "(Worker_TP3 pid=..)", "(Worker_PP6 ..)",
+# "(EngineCore_DP0 ..)"; SGLang "[date TP5]", "[date DP1 TP3]"
+_RANK = re.compile(r"(?:^|[_ ])(TP|PP|DP|EP)(\d{1,4})\b")
+_GLOBAL_RANK = re.compile(r"\brank=(\d{1,5})\b")  # "(VllmWorker rank=3 pid=..)" (vLLM 0.8/0.9 V1)
+RANK_LINES = 5000  # after this many rank-tagged lines every rank has printed its startup lines
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,13 @@ def strip_prefix(line: str) -> tuple[str, str | None, str | None]:
     if not line:
         return "", None, None
     c = line[0]
+    if c in "[>*vV" or " | " in line[:48]:
+        w = _WRAPPER.match(line)
+        if w and not _SGLANG_PREFIX.match(line):
+            line = line[w.end():]
+            if not line:
+                return "", None, None
+            c = line[0]
     if c == "(" or c in "DIWEC":
         m = _VLLM_PREFIX.match(line)
         if m:
@@ -129,6 +147,17 @@ Done = Callable[["ReportBuilder"], bool]
 RuleSpec = tuple[str, Handler] | tuple[str, Handler, Done]
 
 
+def startup_only(blocks: int = 2, *names: str) -> Done:
+    """A rule for lines printed at start-up only (command lines, rank layout, the profile run, start-up errors):
+    searched in the first ``blocks`` 4 MiB blocks of a file (or until ``names`` are filled), so a long serving log
+    does not pay for it on every block."""
+    filled = done_when(*names) if names else None
+
+    def check(b: ReportBuilder) -> bool:
+        return b.blocks >= blocks or (filled is not None and filled(b))
+    return check
+
+
 def done_when(*names: str) -> Done:
     """A rule is done once every named report field (or ``extra`` key) has a value."""
     def check(b: ReportBuilder) -> bool:
@@ -181,6 +210,7 @@ def _scan_file(path: str, builder: ReportBuilder, all_rules: Sequence[RuleSpec])
                 carry = block[end:]
             body = block[:end]
             rules = [r for r in rules if len(r) < 3 or not r[2](builder)]  # type: ignore[misc]
+            builder.blocks += 1
             keywords = sorted({r[0].encode() for r in rules})
             starts: set[int] = set()
             for kw in keywords:
@@ -261,6 +291,10 @@ class ReportBuilder:
         self._expected = tuple(expected)
         self._seen_events: set[tuple[str, str]] = set()
         self.lines_read = 0
+        self._ranks: dict[str, int] = {}
+        self.last_event_line = 0  # a generic "error" is not added for a line that already gave a specific event
+        self.rank_lines = 0
+        self.blocks = 0  # 4 MiB blocks of a file scanned so far (0 for line-by-line sources)
 
     def set(self, field_name: str, value: object, *, overwrite: bool = False) -> None:
         if value is None:
@@ -276,6 +310,7 @@ class ReportBuilder:
 
     def event(self, bucket: str, kind: str, line: Line) -> None:
         key = (kind, line.text.strip())
+        self.last_event_line = line.no
         if key in self._seen_events:
             return
         self._seen_events.add(key)
@@ -290,12 +325,33 @@ class ReportBuilder:
     def error(self, kind: str, line: Line) -> None:
         self.event("errors", kind, line)
 
+    def note_rank(self, line: Line) -> None:
+        """Record the parallel ranks a line's process prefix names (the highest of each kind wins)."""
+        if not line.rank:
+            return
+        self.rank_lines += 1
+        found = _RANK.findall(line.rank)
+        g = _GLOBAL_RANK.search(line.rank)
+        if g:
+            found.append(("RANK", g.group(1)))
+        for kind, num in found:
+            n = int(num)
+            if n >= self._ranks.get(kind, -1):
+                self._ranks[kind] = n
+
+    def ranks_done(self) -> bool:
+        """Every rank has printed (RANK_LINES rank-tagged lines), or the start-up blocks named no rank at all."""
+        return self.rank_lines >= RANK_LINES or (self.blocks >= 2 and self.rank_lines == 0)
+
     def has_event(self, kind: str) -> bool:
         return any(k == kind for k, _ in self._seen_events)
 
     def finish(self) -> LogReport:
         r = self.report
         r.extra.setdefault("lines_read", self.lines_read)
+        for kind, top in self._ranks.items():
+            # highest rank seen + 1: the size when every rank printed (a lower bound for an excerpt)
+            r.extra.setdefault("ranks_seen" if kind == "RANK" else f"{kind.lower()}_size_seen", top + 1)
         r.not_found = [f for f in self._expected if getattr(r, f) is None]
         return r
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from quantrack.engines.logparse import (
     parse_float,
     parse_int,
     scan,
+    startup_only,
     torch_dtype_short,
 )
 from quantrack.engines.vllm import GGUF_TYPES, rulebook_flags
@@ -41,7 +42,14 @@ def sglang_flags(arm: Arm) -> list[str]:
 # --- log patterns -------------------------------------------------------------------------------
 # "Load weight end. elapsed=%.2f s, type=%s, [quant=..., ]avail mem=%.2f GB, mem usage=%.2f GB."
 #   sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373-L1378
-_LOAD_END = re.compile(r"Load weight end\. .*?type=(\w+), (?:(quant=.*?), )?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
+# older builds print the activation dtype there instead of quant=: "Load weight end. type=Gemma3ForConditionalGeneration,
+# dtype=torch.bfloat16, avail mem=3.64 GB, mem usage=18.82 GB." (github.com/sgl-project/sglang/issues/4895)
+_LOAD_END = re.compile(r"Load weight end\. (?:elapsed=[\d.]+ s, )?type=(\w+), (?:dtype=([\w.]+), )?(?:(quant=.*?), )?"
+                       r"avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
+# "Using KV cache dtype: torch.bfloat16" (github.com/kvcache-ai/ktransformers/issues/1870, SGLang 0.5.x)
+_KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)")
+# "Input length (160062 tokens) exceeds the maximum allowed length (59862 tokens)." (github.com/sgl-project/sglang/issues/4048)
+_TOO_LONG = re.compile(r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)")
 # "KV Cache is allocated. dtype: %s, #tokens: %d, K size: %.2f GB, V size: %.2f GB" (or "KV size:")
 #   .../mem_cache/memory_pool.py:L2088-L2097; older builds omit "dtype:" (issue vllm-project/vllm#21348)
 _KV_ALLOC = re.compile(r"KV Cache is allocated\.(?: dtype: ([\w.]+),)? #tokens: (\d+), "
@@ -59,7 +67,7 @@ _ONLINE = re.compile(r"Online (\S+) quantization: quantized (\d+) layers")
 _GRAPH_END = re.compile(r"Capture (?:([\w ]+?) )?(?:cuda|CUDA) graph end\..*?mem usage=([\d.]+) GB")
 _SERVER_ARGS = {k: re.compile(rf"\b{k}=('[^']*'|None|[\w.]+)") for k in
                 ("quantization", "kv_cache_dtype", "dtype", "attention_backend", "tp_size", "mem_fraction_static",
-                 "context_length", "model_path")}
+                 "context_length", "model_path", "dp_size", "pp_size", "enable_dp_attention")}
 _ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (\S+) backend by default")
 _ATTN_MODEL = re.compile(r"Using (\S+) as attention backend")
 _MIN_CAP = re.compile(r"is not supported for the current GPU\. Minimum capability: (\d+)\. Current capability: (\d+)")
@@ -88,8 +96,11 @@ def _server_args(b: ReportBuilder, ln: Line) -> None:
         b.extra("dtype_arg", vals["dtype"])
     if vals.get("attention_backend") not in (None, "None"):
         b.set("attention_backend", vals["attention_backend"])
-    if "tp_size" in vals:
-        b.extra("tp_size", parse_int(vals["tp_size"]))
+    for key in ("tp_size", "dp_size", "pp_size"):
+        if key in vals:
+            b.extra(key, parse_int(vals[key]))
+    if vals.get("enable_dp_attention") == "True":
+        b.extra("enable_dp_attention", True)
     if "mem_fraction_static" in vals:
         b.extra("mem_fraction_static", parse_float(vals["mem_fraction_static"]))
     if vals.get("context_length") not in (None, "None"):
@@ -101,10 +112,15 @@ def _load_end(b: ReportBuilder, ln: Line) -> None:
     if m:
         b.extra("model_class", m.group(1))
         if m.group(2):
-            b.extra("quant_str", m.group(2))
-            b.set("quantization", m.group(2).split(",")[0].removeprefix("quant="))
-        b.extra("avail_mem_after_load_gib", parse_float(m.group(3)))
-        b.set("weights_gib", parse_float(m.group(4)))
+            # the activation dtype, not the weights' format: an FP8 checkpoint prints torch.bfloat16 here too
+            b.extra("activation_dtype", torch_dtype_short(m.group(2)))
+            b.set("dtype", torch_dtype_short(m.group(2)))
+        if m.group(3):
+            b.extra("quant_str", m.group(3))
+            b.extra("quant_from_load_line", m.group(3).split(",")[0].removeprefix("quant="))
+            b.set("quantization", m.group(3).split(",")[0].removeprefix("quant="))
+        b.extra("avail_mem_after_load_gib", parse_float(m.group(4)))
+        b.set("weights_gib", parse_float(m.group(5)))
 
 
 def _kv_alloc(b: ReportBuilder, ln: Line) -> None:
@@ -166,6 +182,40 @@ def _version(b: ReportBuilder, ln: Line) -> None:
         b.set("engine_version", m.group(1))
 
 
+def _kv_dtype(b: ReportBuilder, ln: Line) -> None:
+    m = _KV_DTYPE.search(ln.text)
+    if m:
+        b.set("kv_cache_dtype", torch_dtype_short(m.group(1)))
+
+
+def _too_long(b: ReportBuilder, ln: Line) -> None:
+    m = _TOO_LONG.search(ln.text)
+    if m:
+        b.extra("max_req_input_len", int(m.group(2)))
+        b.error("input_too_long", ln)
+
+
+def _mamba(b: ReportBuilder, ln: Line) -> None:
+    b.extra("mamba_cache", True)
+
+
+# a launch command pasted into the log: "python -m sglang.launch_server ... --tp 4" (server_args.py flag names)
+_CMD_SIZES = {"tp_size": re.compile(r"--(?:tp|tp-size|tensor-parallel-size)[ =](\d+)"),
+              "dp_size": re.compile(r"--(?:dp|dp-size|data-parallel-size)[ =](\d+)"),
+              "pp_size": re.compile(r"--(?:pp|pp-size|pipeline-parallel-size)[ =](\d+)")}
+
+
+def _command_line(b: ReportBuilder, ln: Line) -> None:
+    for key, rx in _CMD_SIZES.items():
+        m = rx.search(ln.text)
+        if m:
+            b.extra(key, int(m.group(1)))
+
+
+def _rank(b: ReportBuilder, ln: Line) -> None:
+    b.note_rank(ln)
+
+
 def _min_cap(b: ReportBuilder, ln: Line) -> None:
     m = _MIN_CAP.search(ln.text)
     if m:
@@ -192,38 +242,50 @@ def _generic_error(b: ReportBuilder, ln: Line) -> None:
         b.error("error", ln)
 
 
-RULES: list[RuleSpec] = [
-    ("server_args=ServerArgs(", _server_args, done_when("mem_fraction_static")),
-    ("Load weight end.", _load_end, done_when("weights_gib")),
-    ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),
-    ("max_total_num_tokens=", _max_total, done_when("context_len")),
-    ("quantization: quantized", _online, done_when("online_quantized_layers")),
-    ("graph end.", _graph_end, done_when("context_len")),  # graphs are captured before the summary line
-    ("Attention backend not specified", _attention, done_when("attention_backend")),
-    ("as attention backend", _attention, done_when("attention_backend")),
-    ("sglang", _version, done_when("engine_version")),
-    ("SGLang", _version, done_when("engine_version")),
-    ("not supported for the current GPU", _min_cap),
-    # fallbacks / warnings / errors (engine-facts §2.1-§2.5)
+# Fallback and degraded-mode lines (engine-facts §2.1-§2.5): looked for in every log, whatever engine was detected.
+FALLBACK_RULES: list[RuleSpec] = [
     ("does not have native support for FP8 computation", _simple("fp8_marlin", "fallbacks")),
     ("does not have native support for FP4 computation", _simple("fp4_marlin", "fallbacks")),
     ("explicitly, so forcing", _simple("awq_gptq_forced", "fallbacks")),
     ("Falling back to unoptimized", _simple("layer_unoptimized_fallback", "fallbacks")),
     ("Use float16 due to lack of bfloat16 support", _bf16_fp16),
-    ("Using FP8 KV cache but no scaling factors provided", _simple("kv_scale_uncalibrated", "warnings")),
-    ("is larger than the profiled value", _simple("max_total_tokens_capped", "warnings")),
-    ("SGLang only supports sm75 and above", _simple("min_capability_error", "errors")),
-    ("leave no GPU memory for the KV cache", _simple("no_kv_memory", "errors")),
-    ("does not support loading scaling factors", _simple("kv_scale_load_error", "errors")),
+    ("Using FP8 KV cache but no scaling factors provided", _simple("kv_scale_uncalibrated", "warnings"), startup_only()),
+]
+
+RULES: list[RuleSpec] = [
+    ("server_args=ServerArgs(", _server_args, done_when("mem_fraction_static")),
+    ("Using KV cache dtype:", _kv_dtype, done_when("kv_cache_dtype")),
+    ("exceeds the maximum allowed length", _too_long, done_when("max_req_input_len")),
+    ("Mamba Cache is allocated", _mamba, startup_only(2, "mamba_cache")),
+    (" TP", _rank, lambda b: b.ranks_done()),
+    ("sglang.launch_server", _command_line, startup_only()),
+    ("Scheduler hit an exception", _simple("error", "errors")),
+    ("Load weight end.", _load_end, done_when("weights_gib")),
+    ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),
+    ("max_total_num_tokens=", _max_total, done_when("context_len")),
+    ("quantization: quantized", _online, startup_only(2, "online_quantized_layers")),
+    ("graph end.", _graph_end, done_when("context_len")),  # graphs are captured before the summary line
+    ("Attention backend not specified", _attention, done_when("attention_backend")),
+    ("as attention backend", _attention, done_when("attention_backend")),
+    ("sglang", _version, startup_only(2, "engine_version")),
+    ("SGLang", _version, startup_only(2, "engine_version")),
+    ("not supported for the current GPU", _min_cap, startup_only()),
+    # fallbacks / warnings / errors (engine-facts §2.1-§2.5)
+    *FALLBACK_RULES,
+    ("is larger than the profiled value", _simple("max_total_tokens_capped", "warnings"), startup_only()),
+    ("SGLang only supports sm75 and above", _simple("min_capability_error", "errors"), startup_only()),
+    ("leave no GPU memory for the KV cache", _simple("no_kv_memory", "errors"), startup_only()),
+    ("does not support loading scaling factors", _simple("kv_scale_load_error", "errors"), startup_only()),
     ("Error", _generic_error),
     ("ERROR", _generic_error),
     ("Traceback", _generic_error),
 ]
 
 
-def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None) -> LogReport:
+def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
+                     extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("sglang", source, EXPECTED)
-    scan(lines, b, RULES)
+    scan(lines, b, [*RULES, *extra_rules])
     r = b.report
     r.extra.pop("_max_total_seen", None)
     # dtype: the activation dtype is not printed; with --dtype auto and an 'auto' KV cache the pool
@@ -280,7 +342,10 @@ class SglangAdapter(EngineAdapter):
         return parse_sglang_log(lines, source)
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        return parse_sglang_log(FileSource(str(path)), source=str(path))
+        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
+        from quantrack.engines import parse_log_file
+
+        return parse_log_file(path, self.kind, strict=False)
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """``/server_info`` first (the new name: the real 0.5.16 log says "Endpoint '/get_server_info'

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from quantrack.engines.logparse import (
     parse_float,
     parse_int,
     scan,
+    startup_only,
     torch_dtype_short,
 )
 from quantrack.errors import BadInput
@@ -52,15 +53,17 @@ def vllm_flags(arm: Arm) -> list[str]:
 # --- log patterns -------------------------------------------------------------------------------
 # "Initializing a V1 LLM engine (v%s) with config: %s" (vllm@4ba787ec9:vllm/v1/engine/core.py:L140);
 # older: "Initializing an LLM engine (v0.6.1...) with config:" (github.com/pytorch/serve/pull/3343).
-_BANNER = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v?([^)]*)\) with config: (.*)")
+# 0.2/0.3 printed no version: "Initializing an LLM engine with config: model=..." (github.com/vllm-project/vllm/issues/2418)
+_BANNER = re.compile(r"Initializing an? (?:V\d )?LLM engine(?: \(v?([^)]*)\))? with config:? ?(.*)")
 _CFG = {k: re.compile(rf"(?:^|[\s,]){k}=([^,\s]+)") for k in
-        ("dtype", "quantization", "kv_cache_dtype", "tensor_parallel_size", "max_seq_len", "device_config",
-         "block_size")}
+        ("dtype", "quantization", "kv_cache_dtype", "tensor_parallel_size", "pipeline_parallel_size",
+         "data_parallel_size", "max_seq_len", "device_config", "block_size")}
 _ASCII_VERSION = re.compile(r"\bversion (\d+\.\d+\.\d+\S*)")  # real 0.25 banner: "█  version 0.25.0"
 _API_VERSION = re.compile(r"vLLM API server version (\S+)")
 # "Model loading took %s GiB memory and %.6f seconds" (v0.33), "Model loading took %.4f GiB and" (v0.11),
 # real 0.25: "Model loading took 14.96 GiB and 4.347068 seconds".
-_WEIGHTS_V1 = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and")
+# V0 0.8 printed "GB" here: "Model loading took 0.4678 GB and 114.953146 seconds" (github.com/SystemPanic/vllm-windows/issues/6)
+_WEIGHTS_V1 = re.compile(r"Model loading took ([\d.]+) Gi?B(?: memory)? and")
 # v0: "Loading model weights took 30.7098 GB" (github.com/vllm-project/vllm/issues/12664)
 _WEIGHTS_V0 = re.compile(r"Loading model weights took ([\d.]+) GB")
 # v0 memory-profiling table (github.com/vllm-project/vllm/pull/14447, /pull/10511)
@@ -72,17 +75,24 @@ _PROF_KV = re.compile(r"(?:the rest of the memory reserved for KV Cache is|avail
                       r"\s*(-?[\d.]+)\s*GiB")
 _PROF_TOTAL = re.compile(r"total_gpu_memory[=\s]+\(?([\d.]+)\s*GiB")
 _PROF_UTIL = re.compile(r"gpu_memory_utilization[=\s]+\(?([\d.]+)")
-_AVAIL_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+_AVAIL_KV = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")  # negative: the weights did not fit (issue 23278)
 # logger.info("non-default args: %s", non_default_args): a Python dict repr of the flags the user changed
 # (vllm 0.25.0: vllm/entrypoints/serve/utils/api_utils.py:L273; real line in tests/data/logs/h200-util045).
 _NON_DEFAULT = {k: re.compile(rf"'{k}': ([\d.]+)[,}}]") for k in
-                ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")}
+                ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size",
+                 "pipeline_parallel_size", "data_parallel_size")}
+# "rank %d in world size %d is assigned as DP rank %d, PP rank %d, [PCP rank %d, ]TP rank %d, EP rank %d"
+# (parallel_state.py; real line in github.com/vllm-project/vllm/pull/37505)
+_WORLD = re.compile(r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank \d+,)? "
+                    r"TP rank (\d+)")
 # "%s KV cache size: %s tokens[, Maximum concurrency for %s tokens per request: %.2fx]"
 _KV_TOKENS = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
 _MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 # v0: "# GPU blocks: 10039, # CPU blocks: 1310" (github.com/vllm-project/vllm/pull/6234); later v0 builds name the
 # device type: "# CUDA blocks: 6001, # CPU blocks: 1638" (github.com/vllm-project/vllm/pull/12126)
-_GPU_BLOCKS = re.compile(r"# (?:GPU|CUDA|cuda) blocks: (\d+), # CPU blocks: (\d+)")
+# V1 before PR 13596 printed blocks only: "# GPU blocks: 1381" (github.com/vllm-project/vllm/pull/12569); a paste can
+# lose the leading "# " (github.com/vllm-project/vllm/issues/10517)
+_GPU_BLOCKS = re.compile(r"(?:# )?(?:GPU|CUDA|cuda) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
 _GRAPH = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
 _SELECTED = re.compile(r"Selected (\w+) for (\w+)")
 _USING_KERNEL = re.compile(r"Using (\w+) for (mixed-precision linear|\w+LinearMethod|CompressedTensors\w+|\w+ GEMM)")
@@ -94,11 +104,26 @@ _KV_DTYPE_INFO = re.compile(r"Using (\S+) data type to store kv cache")
 _DEVICE_FALLBACK = re.compile(r"Your device '?(.+?)'? \(with compute capability ([\d.]+)\) doesn't support (\S+?)\. "
                               r"Falling back to (\S+?) for compatibility")
 _BF16_ERR = re.compile(r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. "
-                       r"Your (.+?) GPU (?:has compute capability ([\d.]+)|does not have)")
+                       r"Your (.+?) GPU (?:has compute capability (\d+\.\d+)|does not have)")
 _MIN_CAP = re.compile(r"is not supported for the current GPU\. Min(?:imum)? capability: (\d+)\. "
                       r"Current capability: (\d+)")
 _MAX_LEN = re.compile(r"max seq len \((\d+)\)")
 _KV_LIMIT = re.compile(r"stored in KV cache \((\d+)\)")
+# V1: f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV cache is
+# needed, which is larger than the available KV cache memory ({available} GiB).[ Based on the available memory, the
+# estimated maximum model length is {n}.]" (vllm/v1/core/kv_cache_utils.py; github.com/vllm-project/vllm/pull/16168)
+_KV_TOO_SMALL = re.compile(r"max seq len \((\d+)\),? \(?([\d.]+) GiB KV cache is needed, which is larger than the "
+                           r"available KV cache memory \(([\d.]+) GiB\)(?:\. Based on the available memory, the estimated "
+                           r"maximum model length is (\d+))?")
+# torch: "CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total capac(i)ty of 23.69 GiB of which 3.09 GiB is
+# free." (github.com/vllm-project/vllm/issues/2140)
+_OOM = re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+) (GiB|MiB|KiB)\.? (?:\(?GPU (\d+)(?:;| has a total "
+                  r"capac(?:i)?ty of) ([\d.]+) GiB)?")
+_UNIT = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024 / 1024}
+# lines of the profile run (V0 worker.profile_run / determine_num_available_blocks; V1 profile_run ->
+# _dummy_sampler_run with its dummy_metadata, github.com/vllm-project/vllm/issues/27508): an OOM after one is "profiling"
+_PROFILE_PHASE = ("Memory profiling", "profile_run", "determine_num_available_blocks", "determine_available_memory",
+                  "_initialize_kv_caches", "Starting profile run", "_dummy_sampler_run", "dummy_metadata")
 
 EXPECTED = (
     "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
@@ -111,7 +136,7 @@ def _banner(b: ReportBuilder, ln: Line) -> None:
     m = _BANNER.search(ln.text)
     if not m:
         return
-    b.set("engine_version", m.group(1).lstrip("v") or None)
+    b.set("engine_version", (m.group(1) or "").lstrip("v") or None)
     cfg = m.group(2)
     for key, rx in _CFG.items():
         mm = rx.search(cfg)
@@ -124,8 +149,8 @@ def _banner(b: ReportBuilder, ln: Line) -> None:
             b.set("quantization", none_word(val))
         elif key == "kv_cache_dtype":
             b.set("kv_cache_dtype", val)
-        elif key == "tensor_parallel_size":
-            b.extra("tensor_parallel_size", parse_int(val))
+        elif key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            b.extra(key, parse_int(val))
         elif key == "max_seq_len":
             b.extra("max_model_len", parse_int(val))
         elif key == "device_config":
@@ -197,7 +222,8 @@ def _gpu_blocks(b: ReportBuilder, ln: Line) -> None:
     m = _GPU_BLOCKS.search(ln.text)
     if m:
         b.extra("num_gpu_blocks", int(m.group(1)))
-        b.extra("num_cpu_blocks", int(m.group(2)))
+        if m.group(2):
+            b.extra("num_cpu_blocks", int(m.group(2)))
 
 
 def _graph(b: ReportBuilder, ln: Line) -> None:
@@ -238,6 +264,14 @@ def _device_fallback(b: ReportBuilder, ln: Line) -> None:
         b.fallback("bf16_to_fp16", ln)
 
 
+def _falling_back(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    if "Falling back to unoptimized" in t or "Falling back to Moe WNA16" in t:
+        b.fallback("layer_unoptimized_fallback", ln)
+    else:
+        _device_fallback(b, ln)
+
+
 def _bf16_error(b: ReportBuilder, ln: Line) -> None:
     m = _BF16_ERR.search(ln.text)
     if m:
@@ -259,6 +293,16 @@ def _max_len(b: ReportBuilder, ln: Line) -> None:
     t = ln.text
     if "KV cache" not in t:
         return
+    v1 = _KV_TOO_SMALL.search(t)
+    if v1:
+        b.extra("max_model_len", int(v1.group(1)))
+        b.extra("kv_needed_gib", float(v1.group(2)))
+        b.set("available_kv_gib", float(v1.group(3)))
+        b.extra("estimated_max_model_len", int(v1.group(4)) if v1.group(4) else None)
+        if v1.group(4) is None:
+            b.report.extra["estimated_max_model_len"] = None
+        b.error("kv_cache_too_small", ln)
+        return
     m = _MAX_LEN.search(t)
     if m:
         b.extra("max_model_len", int(m.group(1)))
@@ -268,8 +312,51 @@ def _max_len(b: ReportBuilder, ln: Line) -> None:
         b.error("max_model_len_exceeds_kv", ln)
 
 
+def _oom(b: ReportBuilder, ln: Line) -> None:
+    m = _OOM.search(ln.text)
+    if m:
+        b.extra("oom_tried_gib", round(float(m.group(1)) * _UNIT[m.group(2)], 4))
+        if m.group(4):
+            b.extra("oom_device_total_gib", float(m.group(4)))
+    b.extra("oom_phase", "profiling" if b.report.extra.get("_profiling_seen") else "not stated")
+    b.error("oom", ln)
+
+
+def _profiling_seen(b: ReportBuilder, ln: Line) -> None:
+    b.report.extra["_profiling_seen"] = True
+
+
+def _world(b: ReportBuilder, ln: Line) -> None:
+    m = _WORLD.search(ln.text)
+    if m:
+        b.extra("world_size", int(m.group(2)))
+
+
+# a command line pasted into the log: "$ vllm serve meta-llama/Meta-Llama-3-8B -tp 2" (github.com/vllm-project/vllm/pull/10511)
+_CMD_SIZES = {"tensor_parallel_size": re.compile(r"(?:\s-tp|--tensor[-_]parallel[-_]size)[ =](\d+)"),
+              "pipeline_parallel_size": re.compile(r"(?:\s-pp|--pipeline[-_]parallel[-_]size)[ =](\d+)"),
+              "data_parallel_size": re.compile(r"(?:\s-dp|--data[-_]parallel[-_]size)[ =](\d+)")}
+
+
+def _command_line(b: ReportBuilder, ln: Line) -> None:
+    for key, rx in _CMD_SIZES.items():
+        m = rx.search(ln.text)
+        if m:
+            b.extra(key, int(m.group(1)))
+            b.extra(f"{key}_source", "the vllm serve command line in the log")
+
+
+def _rank(b: ReportBuilder, ln: Line) -> None:
+    b.note_rank(ln)
+
+
+def _below_70(b: ReportBuilder, ln: Line) -> None:
+    b.extra("min_capability", 70)
+    b.error("min_capability_error", ln)
+
+
 def _generic_error(b: ReportBuilder, ln: Line) -> None:
-    if ln.level in ("ERROR", "CRITICAL") and len(b.report.errors) < 50:
+    if ln.level in ("ERROR", "CRITICAL") and len(b.report.errors) < 50 and b.last_event_line != ln.no:
         b.error("error", ln)
 
 
@@ -282,22 +369,47 @@ def _simple(kind: str, bucket: str):  # type: ignore[no-untyped-def]
 _W = done_when("weights_gib")
 _KVG = done_when("available_kv_gib")
 _LK = done_when("linear_kernel")
+# Fallback and degraded-mode lines (engine-facts §2.1-§2.5, plus the attention-backend fallbacks seen in public logs):
+# looked for in every log, whatever engine was detected (quantrack.engines.parse_log_file).
+FALLBACK_RULES: list[RuleSpec] = [
+    ("does not have native support for FP8 computation", _simple("fp8_marlin", "fallbacks")),
+    ("does not have native support for FP4 computation", _simple("fp4_marlin", "fallbacks")),
+    ("explicitly, so forcing", _simple("awq_gptq_forced", "fallbacks")),
+    # one keyword for the three "Falling back to ..." lines (one block search instead of three)
+    ("Falling back to", _falling_back),
+    # V0 selector: "Cannot use FlashAttention-2 backend for Volta and Turing GPUs." then "Using XFormers backend."
+    # (tests/data/public-logs/vllm-jimw-v064-turing-opt125m-xformers.log)
+    ("Cannot use FlashAttention-2 backend", _simple("attention_backend_fallback", "fallbacks"), startup_only()),
+    # "--block-size %d precluded higher-priority backend(s) %s. Using %s instead" (vllm@4ba787ec9:vllm/platforms/cuda.py:L499)
+    ("precluded higher-priority backend", _simple("attention_backend_fallback", "fallbacks"), startup_only()),
+    ("Using KV cache scaling factor 1.0", _simple("kv_scale_uncalibrated", "warnings"), startup_only()),
+    ("Using uncalibrated q_scale", _simple("q_scale_uncalibrated", "warnings"), startup_only()),
+]
+
 RULES: list[RuleSpec] = [
-    ("LLM engine (", _banner, done_when("engine_version", "dtype")),
-    ("non-default args:", _non_default_args),
+    ("LLM engine", _banner, done_when("engine_version", "dtype")),
+    ("non-default args:", _non_default_args, startup_only()),
     ("version ", _version, done_when("engine_version")),
     ("Model loading took", _weights, _W),
     ("Loading model weights took", _weights, _W),
     ("model weights take", _profiling, _W),
     ("reserved for KV Cache", _profiling, _KVG),
     ("available_kv_cache_memory", _profiling, _KVG),
-    ("total_gpu_memory", _profiling, done_when("total_gpu_memory_gib")),
+    ("total_gpu_memory", _profiling, startup_only(2, "total_gpu_memory_gib")),
+    ("gpu_memory_utilization ", _profiling, startup_only()),
     ("Available KV cache memory", _avail_kv, _KVG),
     ("KV cache size:", _kv_tokens, done_when("kv_cache_tokens", "max_concurrency")),
     ("Maximum concurrency for", _max_conc, done_when("max_concurrency")),
-    ("# GPU blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
-    ("# CUDA blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
-    ("# cuda blocks:", _gpu_blocks, done_when("num_gpu_blocks")),
+    ("GPU blocks:", _gpu_blocks, startup_only(2, "num_gpu_blocks")),
+    ("CUDA blocks:", _gpu_blocks, startup_only(2, "num_gpu_blocks")),
+    ("cuda blocks:", _gpu_blocks, startup_only(2, "num_gpu_blocks")),
+    ("in world size", _world, startup_only()),
+    ("vllm serve ", _command_line, startup_only()),
+    ("_TP", _rank, lambda b: b.ranks_done()),
+    ("VllmWorker TP", _rank, lambda b: b.ranks_done()),
+    ("VllmWorker rank=", _rank, lambda b: b.ranks_done()),
+    ("_PP", _rank, lambda b: b.ranks_done()),
+    ("_DP", _rank, lambda b: b.ranks_done()),
     ("kv_cache_size=", _profiling, _KVG),
     ("Graph capturing finished", _graph, done_when("cuda_graph_gib")),
     ("Selected ", _kernel, _LK),
@@ -305,37 +417,40 @@ RULES: list[RuleSpec] = [
     ("LinearMethod", _kernel, _LK),
     (" GEMM", _kernel, _LK),
     ("backend", _attention, done_when("attention_backend")),
-    ("data type to store kv cache", _kv_dtype),
-    ("Falling back to", _device_fallback),
-    ("Bfloat16 is only supported", _bf16_error),
-    ("not supported for the current GPU", _min_cap),
-    ("max seq len", _max_len),
-    # fallbacks (engine-facts §2.1, §2.5)
-    ("does not have native support for FP8 computation", _simple("fp8_marlin", "fallbacks")),
-    ("does not have native support for FP4 computation", _simple("fp4_marlin", "fallbacks")),
-    ("explicitly, so forcing", _simple("awq_gptq_forced", "fallbacks")),
-    ("Falling back to unoptimized", _simple("layer_unoptimized_fallback", "fallbacks")),
-    ("Falling back to Moe WNA16", _simple("layer_unoptimized_fallback", "fallbacks")),
+    ("data type to store kv cache", _kv_dtype, startup_only()),
+    ("Bfloat16 is only supported", _bf16_error, startup_only()),
+    # "RuntimeError: GPUs with compute capability below 7.0 are not supported." (github.com/vllm-project/vllm/issues/1284)
+    ("compute capability below 7.0 are not supported", _below_70, startup_only()),
+    ("not supported for the current GPU", _min_cap, startup_only()),
+    ("max seq len", _max_len, startup_only()),
+    *FALLBACK_RULES,
     # warnings (engine-facts §2.2, §2.3, §2.4)
-    ("Using KV cache scaling factor 1.0", _simple("kv_scale_uncalibrated", "warnings")),
-    ("Using uncalibrated q_scale", _simple("q_scale_uncalibrated", "warnings")),
     ("does not provide a q scaling factor", _simple("q_scale_missing", "warnings")),
-    ("is deprecated and will be removed", _simple("deprecated_quantization", "warnings")),
-    ("CUDA graph memory profiling is disabled", _simple("cudagraph_profiling_disabled", "warnings")),
+    ("is deprecated and will be removed", _simple("deprecated_quantization", "warnings"), startup_only()),
+    ("CUDA graph memory profiling is disabled", _simple("cudagraph_profiling_disabled", "warnings"), startup_only()),
     # errors
-    ("on startup is less than desired GPU memory utilization", _simple("insufficient_free_memory", "errors")),
-    ("Unknown quantization method", _simple("unknown_quantization", "errors")),
-    ("CUDA out of memory", _simple("oom", "errors")),
+    ("on startup is less than desired GPU memory utilization", _simple("insufficient_free_memory", "errors"),
+     startup_only()),
+    ("Unknown quantization method", _simple("unknown_quantization", "errors"), startup_only()),
+    ("CUDA out of memory", _oom),
+    # V1: "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` ..."
+    # (github.com/vllm-project/vllm/issues/36861)
+    ("No available memory for the cache blocks", _simple("no_kv_memory", "errors"), startup_only()),
+    *[(k, _profiling_seen, startup_only()) for k in _PROFILE_PHASE],
     ("ERROR", _generic_error),
     ("CRITICAL", _generic_error),
 ]
 
 
-def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None) -> LogReport:
-    """Parse a vLLM startup log (any supported version) into a LogReport, streaming."""
+def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
+                   extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+    """Parse a vLLM startup log (any supported version) into a LogReport, streaming.
+
+    ``extra_rules``: more rules run in the same pass (the other engines' fallback catalogues)."""
     b = ReportBuilder("vllm", source, EXPECTED)
-    scan(lines, b, RULES)
+    scan(lines, b, [*RULES, *extra_rules])
     r = b.report
+    r.extra.pop("_profiling_seen", None)
     marlin = r.extra.pop("_marlin_line", None)
     if marlin is not None and not b.has_event("fp8_marlin"):
         b.fallback("fp8_marlin", marlin)
@@ -344,6 +459,10 @@ def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSo
         block = r.extra.get("block_size") or 16  # vLLM's CUDA default block size
         r.kv_cache_tokens = int(r.extra["num_gpu_blocks"]) * int(block)
         r.extra["derived"] = {"kv_cache_tokens": f"num_gpu_blocks x block_size ({block})"}
+    if r.kv_cache_tokens is None and r.extra.get("kv_tokens_limit"):
+        # V0's error "the maximum number of tokens that can be stored in KV cache (N)": N = blocks x block size
+        r.kv_cache_tokens = int(r.extra["kv_tokens_limit"])
+        r.extra.setdefault("derived", {})["kv_cache_tokens"] = "the max-model-len error's KV token figure"
     if r.max_concurrency_context is None and r.extra.get("max_model_len") and r.max_concurrency is not None:
         r.max_concurrency_context = r.extra["max_model_len"]
     return b.finish()
@@ -399,7 +518,10 @@ class VllmAdapter(EngineAdapter):
         return parse_vllm_log(lines, source)
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        return parse_vllm_log(FileSource(str(path)), source=str(path))
+        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
+        from quantrack.engines import parse_log_file
+
+        return parse_log_file(path, self.kind, strict=False)
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """Live facts. Endpoints are vLLM's own routes, as listed by the server at start-up in the

@@ -22,6 +22,9 @@ from typing import Any
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 READY_PREFIX = "quantrack-xllamacpp: listening on "
+# The wheel's own version: its llama.cpp BUILD_INFO says build_number 0 / commit "unknown" (xllamacpp
+# 2026.10.11549), so the server's build_info line ("b0-unknown") cannot identify the engine; this line can.
+VERSION_PREFIX = "quantrack-xllamacpp: xllamacpp "
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", action="store_true", help="enable the /metrics endpoint")
     p.add_argument("-a", "--alias", default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("--poll", type=int, default=None, choices=range(101), metavar="0..100",
+                   help="llama.cpp's polling level while waiting for work (0 = no busy-wait; llama.cpp's default 50)")
     p.add_argument("-lv", "--verbosity", type=int, default=4)
     return p
 
@@ -62,7 +67,19 @@ def build_params(args: argparse.Namespace) -> Any:
     if args.threads:
         params.cpuparams.n_threads = args.threads
         params.cpuparams_batch.n_threads = args.threads
+    if args.poll is not None:
+        params.cpuparams.poll = args.poll
+        params.cpuparams_batch.poll = args.poll
     return params
+
+
+def version_line() -> str:
+    """``quantrack-xllamacpp: xllamacpp 2026.10.11549 (llama.cpp build 0, commit unknown)``."""
+    import xllamacpp as xl  # type: ignore[import-untyped]
+
+    bi = getattr(xl, "BUILD_INFO", {}) or {}
+    return (f"{VERSION_PREFIX}{getattr(xl, '__version__', 'unknown')} (llama.cpp build {bi.get('build_number', '?')}, "
+            f"commit {bi.get('commit', '?')})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print("quantrack-xllamacpp: error: the xllamacpp package is not installed "
               "(pip install 'quantrack[cpu]')", file=sys.stderr, flush=True)
         return 3
+    print(version_line(), file=sys.stderr, flush=True)
     try:
         params = build_params(args)
         server = xl.Server(params)  # loads the model and starts listening (background threads)

@@ -50,23 +50,6 @@ SWEEP_FORMULAS = {
 }
 
 
-def parse_concurrency(text: str) -> list[int]:
-    """'1,4,16,64' -> [1, 4, 16, 64]; BadInput naming --concurrency otherwise."""
-    levels: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            value = int(part)
-        except ValueError:
-            raise BadInput(f"--concurrency must be a comma-separated list of integers, got {text!r}") from None
-        if value < 1:
-            raise BadInput(f"--concurrency levels must be >= 1 (got {value})")
-        levels.append(value)
-    if not levels:
-        raise BadInput("--concurrency is empty")
-    return levels
-
-
 def default_requests(concurrency: int) -> int:
     """Requests per level when not given: 4 x concurrency, at least 8."""
     return max(8, 4 * concurrency)

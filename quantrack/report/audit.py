@@ -6,7 +6,14 @@ capacity deviation from the prediction, and batch-1 TPOT against the median of t
 same GPU, engine and arm (a FAILED or rejected run is shown with its status and kept out of the medians).
 Fallbacks are what the engine adapters' log parsers report (``LogReport.fallbacks``), e.g.
 vLLM/SGLang's "Your GPU does not have native support for FP8 computation ... Marlin kernel" warning
-(engine-facts.md §2.1). ``quantrack audit`` exits 4 when any node fell back.
+(engine-facts.md §2.1), looked for with every engine's catalogue whatever engine the log reads as.
+
+Never a guessed "clean": a node is "no fallback" only when its log was read (engine recognised, the log reaches the
+weight loading where fallbacks are printed, the requested quantization is named). Otherwise its fallback is
+``unknown`` with the reason (a tracked run without a fallback tag, a log whose engine is unclear, a log cut before
+loading, a binary or empty file). Exit codes of ``quantrack audit``: 4 when any node fell back; else 5 when any node
+is unknown; 0 only when every node was read and none fell back. Degraded modes that are not a slower kernel (FP8 KV
+with uncalibrated scales of 1.0) are listed per node, outside the exit code.
 
 Node facts: when the store has the ``quantrack-node-facts`` experiment (``quantrack probe --track``), each
 node's newest FP8 probe verdict (native | none) is shown beside its runs, and a node whose probe found no
@@ -28,6 +35,9 @@ from quantrack.tracking import RunRow
 
 FORMATS = ("table", "json")
 EXIT_FALLBACK = 4
+EXIT_UNKNOWN = 5
+# warnings that mean "running in a degraded mode", listed by audit beside the fallbacks (not in the exit code)
+DEGRADED_KINDS = ("kv_scale_uncalibrated", "q_scale_uncalibrated", "q_scale_missing")
 NA = "n/a"
 NO_PROBE = "—"
 FINISHED = "FINISHED"
@@ -59,6 +69,10 @@ class AuditRow:
     weights: str | None = None  # requested weight format
     fp8_probe: str | None = None  # the node's newest FP8 probe verdict (native | none), None: no probe
     fp8_probe_run: str | None = None  # that probe's run id
+    unknown_reason: str | None = None  # why fallback is None (the node could not be read)
+    degraded: str | None = None  # degraded-mode kinds (FP8 KV scale 1.0 ...), with the first line in degraded_evidence
+    degraded_evidence: str | None = None
+    engine_evidence: str | None = None  # "line N: marker" that decided the engine of a raw log
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,8 +89,12 @@ class AuditReport:
         return [r for r in self.rows if r.fallback]
 
     @property
+    def unknown(self) -> list[AuditRow]:
+        return [r for r in self.rows if r.fallback is None]
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_FALLBACK if self.fell_back else 0
+        return EXIT_FALLBACK if self.fell_back else EXIT_UNKNOWN if self.unknown else 0
 
 
 def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
@@ -84,14 +102,19 @@ def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
     for r in runs:
         p, t, m = r.params, r.tags, r.metrics
         fb = t.get("quantrack.fallback")
+        reason = None
+        if fb is None:
+            reason = "the run has no fallback tag (no startup log was parsed for it)"
+        elif fb not in ("yes", "no"):
+            reason = t.get("quantrack.fallback_reason") or f"the run's fallback tag says {fb!r}"
         out.append(AuditRow(
             node=p.get("hostname") or r.run_name, source=r.run_id, arm=r.arm,
             gpu=p.get("gpu_name") or p.get("gpu_catalog"), compute_capability=p.get("compute_capability"),
             mig=p.get("mig"), engine=p.get("engine"), engine_version=p.get("engine_version"),
             quantization=p.get("quantization"), effective_kernel=t.get("quantrack.effective_kernel"),
-            fallback=None if fb is None else fb == "yes", fallback_kinds=t.get("quantrack.fallback_kinds"),
+            fallback=None if fb not in ("yes", "no") else fb == "yes", fallback_kinds=t.get("quantrack.fallback_kinds"),
             evidence=t.get("quantrack.fallback_evidence"), capacity_error_pct=m.get("capacity_error_pct"),
-            tpot_ms=m.get("tpot_ms_p50"), status=_run_status(r), weights=p.get("weights"),
+            tpot_ms=m.get("tpot_ms_p50"), status=_run_status(r), weights=p.get("weights"), unknown_reason=reason,
         ))
     return out
 
@@ -139,21 +162,64 @@ def apply_probes(rows: list[AuditRow], probes: dict[str, dict[str, str | None]])
     return warnings
 
 
+# figures printed only once the weights are on the device (where the fallback lines are printed), per engine;
+# a banner, server args or llama.cpp's print_info (the GGUF header) come before it and do not count
+_AFTER_LOAD = {"vllm": ("weights_gib", "kv_cache_tokens", "available_kv_gib", "num_gpu_blocks", "kv_tokens_limit"),
+               "sglang": ("weights_gib", "kv_cache_tokens", "available_kv_gib"),
+               "llamacpp": ("model_buffers_mib", "offloaded_layers", "kv_mib", "kv_cache_tokens")}
+
+
+def log_verdict(report: Any) -> tuple[bool | None, str | None]:
+    """(fell back, why unknown) for one parsed log: True when any catalogue found a fallback line; False only when
+    the log was read far enough to have printed one; None with the reason otherwise."""
+    if report.fallbacks:
+        return True, None
+    if report.engine is None:
+        det = report.detection or {}
+        return None, f"engine not recognised ({det.get('reason') or report.extra.get('detected') or 'no markers'})"
+    after_load = _AFTER_LOAD.get(report.engine, ())
+    if not any((getattr(report, f) if hasattr(report, f) else report.extra.get(f)) is not None for f in after_load):
+        if report.errors:
+            first = report.errors[0]
+            return None, (f"the engine failed before loading the weights ({first.kind} at line {first.line_no}): "
+                          "no fallback could be printed yet")
+        return None, ("the log stops before the weights are loaded, where fallbacks are printed (no weight, KV or "
+                      "block figure in it)")
+    if report.quantization is None:
+        return None, "the log names no quantization (no engine banner / server_args / GGUF file type)"
+    return False, None
+
+
 def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
-    """Parse raw startup logs with the engine adapters (engine detected from the text)."""
+    """Parse raw startup logs with the engine adapters (engine detected from the text, every engine's fallback
+    catalogue searched). A file that cannot be read as a log is a row with fallback unknown and the reason."""
     from quantrack.engines import parse_log_file
 
     out = []
     for path in paths:
-        rep = parse_log_file(path)
+        try:
+            rep = parse_log_file(path)
+        except BadInput as exc:
+            out.append(AuditRow(node=path.name, source=str(path), arm=None, gpu=None, compute_capability=None,
+                                mig=None, engine=None, engine_version=None, quantization=None, effective_kernel=None,
+                                fallback=None, fallback_kinds=None, evidence=None, capacity_error_pct=None,
+                                tpot_ms=None, unknown_reason=str(exc).removeprefix(f"{path}: ")))
+            continue
         fbs = list(rep.fallbacks)
         evidence = f"{path.name}:{fbs[0].line_no}: {fbs[0].line.strip()}" if fbs else None
+        fell, why = log_verdict(rep)
+        degraded = [e for e in rep.warnings if e.kind in DEGRADED_KINDS]
+        ev = rep.engine_evidence[0] if rep.engine_evidence else None
         out.append(AuditRow(
-            node=path.name, source=str(path), arm=None, gpu=rep.gpu, compute_capability=None, mig=None,
+            node=path.name, source=str(path), arm=None, gpu=rep.gpu,
+            compute_capability=rep.extra.get("compute_capability"), mig=None,
             engine=rep.engine, engine_version=rep.engine_version, quantization=rep.quantization,
-            effective_kernel=rep.linear_kernel, fallback=bool(fbs),
+            effective_kernel=rep.linear_kernel, fallback=fell,
             fallback_kinds=",".join(sorted({e.kind for e in fbs})) or None, evidence=evidence,
-            capacity_error_pct=None, tpot_ms=None,
+            capacity_error_pct=None, tpot_ms=None, unknown_reason=why,
+            degraded=",".join(sorted({e.kind for e in degraded})) or None,
+            degraded_evidence=f"{path.name}:{degraded[0].line_no}: {degraded[0].line.strip()}" if degraded else None,
+            engine_evidence=f"line {ev['line_no']}: {ev['marker']}" if ev and ev.get("line_no") else None,
         ))
     return out
 
@@ -240,6 +306,8 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     if fmt == "json":
         return json.dumps({"nodes": [r.to_dict() for r in report.rows],
                            "fell_back": [r.node for r in report.fell_back],
+                           "unknown": {r.node: r.unknown_reason for r in report.unknown},
+                           "exit_code": report.exit_code,
                            "warnings": report.warnings, "fp8_probes": report.probes,
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
                                       "tpot_vs_median_pct": "derived (FINISHED runs, same GPU + engine + arm)",
@@ -252,9 +320,11 @@ def render(report: AuditReport, fmt: str = "table") -> str:
                "FP8 probe", "Cap. error", "TPOT", "TPOT vs median", "Status"]
     body = []
     for r in report.rows:
-        fb = _cell(r.fallback)
+        fb = _cell(r.fallback) if r.fallback is not None else "UNKNOWN"
         if r.fallback and r.fallback_kinds:
             fb = f"YES ({r.fallback_kinds})"
+        if r.degraded:
+            fb += f" +degraded ({r.degraded})"
         eng = f"{r.engine or NA} {r.engine_version or ''}".strip()
         if r.status not in (None, FINISHED):
             vs = f"excluded ({r.status})"
@@ -268,15 +338,35 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     lines = [text, ""]
     for r in report.fell_back:
         lines.append(f"FALLBACK {r.node}: {r.evidence or 'no evidence line recorded'}")
+    for r in report.unknown:
+        lines.append(f"UNKNOWN {r.node}: {r.unknown_reason or 'not read'}")
+    for r in report.rows:
+        if r.degraded:
+            lines.append(f"DEGRADED {r.node}: {r.degraded_evidence or r.degraded}")
     lines.extend(report.warnings)
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED))
+    n_unknown = len(report.unknown)
     lines.append(f"{len(report.fell_back)} of {len(report.rows)} node(s) fell back"
                  + (" (exit 4)" if report.fell_back else "")
+                 + (f"; {n_unknown} node(s) unknown: not read far enough to say"
+                    + ("" if report.fell_back else " (exit 5)") if n_unknown else "")
                  + (f"; {not_finished} run(s) not FINISHED, kept out of the medians" if not_finished else "")
                  + ". Cap. error and TPOT vs median (same GPU + engine + arm) are derived; TPOT, fallback and "
                    "FP8 probe are measured (— = no probe of that node).")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["EXIT_FALLBACK", "AuditReport", "AuditRow", "apply_probes", "audit", "build_audit", "load_node_facts",
-           "probes_by_node", "render"]
+__all__ = [
+    "DEGRADED_KINDS",
+    "EXIT_FALLBACK",
+    "EXIT_UNKNOWN",
+    "AuditReport",
+    "AuditRow",
+    "apply_probes",
+    "audit",
+    "build_audit",
+    "load_node_facts",
+    "log_verdict",
+    "probes_by_node",
+    "render",
+]

@@ -45,6 +45,7 @@ M_GSM8K_LOW = "gsm8k_ci_low"  # 95% Wilson interval (quantrack.accuracy.stats.pr
 M_GSM8K_HIGH = "gsm8k_ci_high"
 M_KV_MIB = "kv_mib_reported"  # llama.cpp: the KV buffer its log prints (K + V MiB)
 SWEEP_TPS = re.compile(r"^sweep_output_tps_c(\d+)$")  # measured output tok/s at concurrency N
+M_SERVER_TPOT = "server_tpot_ms"  # llama.cpp: the server's own per-token time
 M_TOP1 = "kl_top1_agree"
 M_KL = "kl_mean"
 T_CORRECT = "quantrack.gsm8k_correct"  # per-question outcomes: '1' right, '0' wrong, '.' not answered
@@ -53,6 +54,9 @@ T_FALLBACK = "quantrack.fallback"
 T_FALLBACK_KINDS = "quantrack.fallback_kinds"
 T_VERDICT = "quantrack.verdict"
 T_BASELINE = "quantrack.baseline"
+T_CONTENTION = "quantrack.{step}_contention"  # yes / no / unknown (quantrack.measure.hygiene)
+T_CONTENTION_REASONS = "quantrack.{step}_contention_reasons"
+WIDTH = 120  # the default table fits this many columns; --wide shows every column
 
 # (key, header, label): label says where the figure comes from.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -86,6 +90,7 @@ class CompareTable:
     notes: list[str] = field(default_factory=list)
     cost_header: str = "$ / 1M out tok (derived)"
     skipped: dict[str, dict[str, int]] = field(default_factory=dict)  # arm -> {status: runs not shown}
+    narrow: list[dict[str, str]] = field(default_factory=list)  # the default table's merged cells, per row
 
     def headers(self) -> list[str]:
         return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header) for _, h, _ in COLUMNS]
@@ -274,6 +279,41 @@ def _status(r: RunRow) -> str:
     return r.status.lower() if r.status == "FINISHED" else r.status
 
 
+def contention(r: RunRow, step: str) -> tuple[str, str]:
+    """(state, reasons) of a step's measurement hygiene: state yes / no / unknown ('unknown' when the run
+    recorded none, e.g. runs logged before quantrack sampled the host)."""
+    state = r.tags.get(T_CONTENTION.format(step=step)) or "unknown"
+    return state, r.tags.get(T_CONTENTION_REASONS.format(step=step)) or ""
+
+
+def _tpot_cell(m: dict[str, float], r: RunRow) -> str:
+    """Client TPOT (and the server's own per-token time where the engine reports it), ⚠ if contended."""
+    if m.get(M_TPOT) is None:
+        return FILL
+    cell = f"{m[M_TPOT]:.2f}"
+    if m.get(M_SERVER_TPOT) is not None:
+        cell += f" / {m[M_SERVER_TPOT]:.2f}"
+    return cell + (" ⚠" if contention(r, "latency")[0] == "yes" else "")
+
+
+def _narrow_gsm8k(m: dict[str, float]) -> str:
+    acc, lo, hi = m.get(M_GSM8K), m.get(M_GSM8K_LOW), m.get(M_GSM8K_HIGH)
+    if acc is None:
+        return FILL
+    if lo is None or hi is None:
+        return gsm8k_cell(m)
+    d = 1 if hi - lo < 0.10 else 0  # a narrow interval (large n) keeps a decimal: [1–3] would hide it
+    return f"{acc * 100:.1f}% [{lo * 100:.{d}f}–{hi * 100:.{d}f}]"
+
+
+def _capacity_cell(m: dict[str, float]) -> str:
+    if m.get(M_KV_REPORTED) is not None:
+        return f"{round(m[M_KV_REPORTED]):,}"
+    if m.get(M_KV_MIB) is not None:
+        return f"{m[M_KV_MIB]:,.2f} MiB"
+    return FILL
+
+
 def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None,
                 prices: PriceTable | str | Path | None = None) -> CompareTable:
     """Rows for every arm of the experiment, in the order the arms were first run.
@@ -330,6 +370,19 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             "status": _status(r),
         }
         table.rows.append(row)
+        is_base = arm == base_name
+        p = (test_info or {}).get("mcnemar_p")
+        measured_fid = m.get(M_TOP1) is not None or m.get(M_KL) is not None
+        if not measured_fid:
+            fid = "— (baseline)" if is_base else FILL
+        else:  # the baseline's own figures are a self-check (it is scored against a second copy of itself)
+            fid = f"{row['top1_agree']} / {row['kl']}" + (" (self)" if is_base else "")
+        table.narrow.append({
+            "arm": arm, "configuration": row["configuration"].replace(" KV", ""), "weights_gib": row["weights_gib"],
+            "capacity": _capacity_cell(m), "tpot": _tpot_cell(m, r), "gsm8k": _narrow_gsm8k(m),
+            "delta": delta if p is None else f"{delta} (p={p:.2g})", "fidelity": fid, "fallback": row["fallback"],
+            "cost": cost, "status": row["status"],
+        })
         table.raw.append({
             "arm": arm, "run_id": r.run_id, "status": r.status, "verdict": r.tags.get(T_VERDICT),
             "weights": r.params.get("weights"), "kv_cache_dtype": r.params.get("kv_cache_dtype"),
@@ -341,6 +394,7 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             "delta_vs_baseline": None if arm == base_name or acc is None or base_acc is None else acc - base_acc,
             "paired_test": test_info,
             "fallback": r.tags.get(T_FALLBACK), "fallback_kinds": r.tags.get(T_FALLBACK_KINDS),
+            "contention": {step: dict(zip(("state", "reasons"), contention(r, step))) for step in ("latency", "sweep")},
         })
     if base_name is None and chosen:
         table.notes.append("no baseline: pass --baseline ARM (no arm is named bf16 or tagged as baseline)")
@@ -364,13 +418,95 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
     else:
         table.notes.append("cost: — (no arm has both a measured sweep throughput and a GPU price; "
                            "add a price with --prices FILE).")
+    table.notes.extend(_contention_notes(order, chosen))
     skipped = _skipped_note(table.skipped, chosen)
     if skipped:
         table.notes.append(skipped)
     return table
 
 
-def render(table: CompareTable, fmt: str = "table") -> str:
+def _contention_notes(order: list[str], chosen: dict[str, RunRow]) -> list[str]:
+    """One note per step whose figures were taken under contention, naming the arms and why; and one for
+    the arms whose runs recorded no hygiene at all (their latency may or may not have been contended)."""
+    notes = []
+    for step in ("latency", "sweep"):
+        hit = [(a, contention(chosen[a], step)[1]) for a in order if contention(chosen[a], step)[0] == "yes"]
+        if hit:
+            notes.append(f"⚠ {step} figures taken under contention (not a property of the arm): "
+                         + "; ".join(f"{a}: {why}" for a, why in hit) + ".")
+    unknown = [a for a in order if chosen[a].metrics.get(M_TPOT) is not None
+               and contention(chosen[a], "latency")[0] == "unknown"]
+    if unknown:
+        notes.append("host contention during latency not recorded for: " + ", ".join(unknown) + ".")
+    return notes
+
+
+# The default table: the decision columns, merged so that it fits WIDTH columns; --wide gives COLUMNS.
+NARROW: tuple[tuple[str, str], ...] = (
+    ("arm", "Arm"), ("configuration", "Weights / KV"), ("weights_gib", "Wt GiB"), ("capacity", "KV {kvunit}"),
+    ("tpot", "TPOT ms{srv}"), ("gsm8k", "GSM8K [95% CI]"), ("delta", "Δ vs {baseline}"),
+    ("fidelity", "Top-1 / KL"), ("fallback", "Fallback"), ("cost", "{cost}"), ("status", "Status"),
+)
+# Columns the default table leaves out when every row holds the same uninformative value (a note says so).
+_DROPPABLE = {"cost": ("—",), "status": ("finished",), "fallback": ("no",)}
+_DROP_NOTE = {"cost": "", "status": "every arm finished", "fallback": "no fallback in any log"}
+
+
+def render_narrow(table: CompareTable, width: int = WIDTH) -> str:
+    from tabulate import tabulate  # type: ignore[import-untyped]
+
+    srv = " (client / server)" if any(" / " in r["tpot"] for r in table.narrow) else ""
+    caps = {r["capacity"] for r in table.narrow} - {FILL}
+    kvunit = "MiB" if caps and all(c.endswith(" MiB") for c in caps) else (
+        "tokens" if caps and not any(c.endswith(" MiB") for c in caps) else "(tokens | MiB)")
+    rows = [dict(r, capacity=r["capacity"].removesuffix(" MiB")) for r in table.narrow] if kvunit == "MiB" \
+        else table.narrow
+    cols = [(k, h.format(baseline=table.baseline or "baseline", cost="$ / 1M tok", srv=srv, kvunit=kvunit))
+            for k, h in NARROW]
+    dropped = []
+    for key, same in _DROPPABLE.items():
+        if rows and all(r[key] in same for r in rows):
+            cols = [c for c in cols if c[0] != key]
+            dropped.append(_DROP_NOTE[key])
+    import tabulate as _tabulate_module  # type: ignore[import-untyped]
+
+    def _text(cs: list[tuple[str, str]]) -> str:
+        pad = _tabulate_module.MIN_PADDING
+        _tabulate_module.MIN_PADDING = 0  # columns as wide as their widest cell: the decision table must fit
+        try:
+            return tabulate([[r[k] for k, _ in cs] for r in rows], headers=[h for _, h in cs], tablefmt="simple",
+                            disable_numparse=True)
+        finally:
+            _tabulate_module.MIN_PADDING = pad
+
+    text = _text(cols)
+    for key in ("cost", "weights_gib", "configuration"):  # still too wide: these are in --wide, said so
+        if max(len(ln) for ln in text.splitlines()) <= width:
+            break
+        if any(c[0] == key for c in cols):
+            cols = [c for c in cols if c[0] != key]
+            dropped.append(f"column {key} left out to fit {width} characters (see --wide)")
+            text = _text(cols)
+    notes = [n for n in table.notes if not n.startswith("measured:")]
+    legend = ("measured: weights, KV capacity (engine log), TPOT (client; server's own where shown), GSM8K, "
+              "top-1/KL; derived: Δ (paired exact McNemar p), cost. FILL IN = not measured. "
+              "All columns: --wide.")
+    lines = [f"experiment: {table.experiment}   baseline: {table.baseline or 'none'}", text, "", legend]
+    dropped = [d for d in dropped if d]  # the cost note below already says why cost is —
+    if dropped:
+        lines.append("; ".join(dropped) + ".")
+    lines.extend(notes)
+    import textwrap
+
+    out = []
+    for ln in lines:
+        out.extend(textwrap.wrap(ln, width) if len(ln) > width and ln is not text else [ln])
+    return "\n".join(out) + "\n"
+
+
+def render(table: CompareTable, fmt: str = "table", wide: bool = False) -> str:
+    if fmt == "table" and not wide and table.narrow:
+        return render_narrow(table)
     if fmt not in FORMATS:
         raise BadInput(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; formats: {', '.join(FORMATS)}")
     headers = table.headers()
@@ -443,14 +579,14 @@ def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None
     return [build_table(f"{experiment} @ {g}", rs, baseline, price_table) for g, rs in sorted(groups.items())]
 
 
-def render_many(tables: list[CompareTable], fmt: str = "table") -> str:
+def render_many(tables: list[CompareTable], fmt: str = "table", wide: bool = False) -> str:
     """Render one or several tables (JSON: the single table's object, or {"tables": [...]} for several)."""
     if len(tables) == 1:
-        return render(tables[0], fmt)
+        return render(tables[0], fmt, wide)
     if fmt == "json":
         return json.dumps({"tables": [json.loads(render(t, "json")) for t in tables]}, indent=2,
                           ensure_ascii=False) + "\n"
-    return "\n".join(render(t, fmt) for t in tables)
+    return "\n".join(render(t, fmt, wide) for t in tables)
 
 
 __all__ = ["FILL", "FORMATS", "CompareTable", "build_table", "compare_by_gpu", "compare_experiment", "cost_for",

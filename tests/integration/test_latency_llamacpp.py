@@ -59,3 +59,16 @@ def test_small_sweep(base_url: str) -> None:
     for r in res.rows:
         assert r["n_ok"] == 2 and r["output_tokens"] == 16
         assert r["output_tok_s"] == pytest.approx(16 / r["wall_s"])
+
+
+def test_cli_format_json_with_vllm_bench_spellings(base_url: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`latency --format json` prints the measured row as JSON (it printed the table: the format applied only to
+    --merge), and `vllm bench latency`'s flag spellings mean the same as quantrack's."""
+    save = tmp_path / "q.json"
+    main(["latency", "--engine", "llamacpp", "--base-url", base_url, "--input-len", "48", "--output-len", "8",
+          "--num-iters-warmup", "1", "--num-iters", "2", "--format", "json", "--save", str(save)])
+    out = capsys.readouterr().out
+    row = json.loads(out[: out.rindex("}") + 1])
+    assert (row["input_tokens"], row["output_tokens"], row["warmup"], row["iterations"], row["n_ok"]) == (48, 8, 1, 2, 2)
+    assert row == json.loads(save.read_text())

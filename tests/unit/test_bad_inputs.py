@@ -92,7 +92,6 @@ STUDY_EDITS: list[tuple[str, tuple[str, str], str]] = [
     ("request-timeout-str", ("ready_timeout_s = 120.0", 'ready_timeout_s = 120.0\nrequest_timeout_s = "10"'),
      "request_timeout_s"),
     ("port-70000", ('kind = "llamacpp"', 'kind = "llamacpp"\nport = 70000'), "port"),
-    ("context-len-huge", ("context_len = 4096", "context_len = 2000000000"), "context"),
     ("sweep-concurrency-str", ("concurrency = [1, 2, 4]", 'concurrency = ["a", "b"]'), "concurrency"),
     ("engine-args-int", ('kind = "llamacpp"', 'kind = "llamacpp"\nargs = [1, 2]'), "args"),
     ("arm-env-str", ('baseline = true\n', 'baseline = true\nenv = "FOO=1"\n'), "env"),
@@ -100,11 +99,6 @@ STUDY_EDITS: list[tuple[str, tuple[str, str], str]] = [
     ("latency-output-1", ("output_tokens = 32", "output_tokens = 1"), "latency"),
     ("gpu-util-2", ('name = "x86-cpu"', 'name = "x86-cpu"\nutil = 2.0'), "util"),
 ]
-# study keys another helper validates (the typed study schema, #11): expected to fail until that lands
-SCHEMA_PENDING = {"task-mmlu", "num-questions-neg", "style-bogus", "eval-concurrency-0", "kl-top-k-500",
-                  "requests-per-level-neg", "ready-timeout-neg", "ready-timeout-nan", "port-70000",
-                  "context-len-huge", "sweep-concurrency-str", "engine-args-int", "arm-env-str"}
-
 # (id, argv, words). Placeholders: {bin} a binary file, {missing} a path that does not exist, {nodir} a
 # path in a folder that does not exist, {file} an existing text file, {study} the CPU study, {garbage} a
 # server answering garbage, {closed} a URL where nothing listens.
@@ -215,14 +209,6 @@ CASES: list[tuple[str, list[str], str]] = [
     ("export-binary-study", ["export", "skypilot", "{bin}", "--out", "sky"], "TOML"),
     ("export-out-is-file", ["export", "skypilot", "{study}", "--out", "{file}"], "--out"),
 ]
-PENDING_CASES = {
-    # validated by the helpers who own these options (the typed schema, #11)
-    "preflight-tp-0": "preflight --tp 0 (schema helper)",
-    "serve-parallel-0": "serve --parallel 0 (schema helper)",
-    "serve-port-70000": "serve --port 70000 (schema helper)",
-}
-
-
 def _snapshot(*roots: Path) -> set[str]:
     out: set[str] = set()
     for root in roots:
@@ -266,10 +252,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
             "study": str(study), "closed": f"http://127.0.0.1:{_closed_port()}", "work": str(work)}
 
 
-@pytest.mark.parametrize(("argv", "words"), [
-    pytest.param(argv, words, id=cid,
-                 marks=[pytest.mark.xfail(reason=PENDING_CASES[cid], strict=False)] if cid in PENDING_CASES else [])
-    for cid, argv, words in CASES])
+@pytest.mark.parametrize(("argv", "words"), [pytest.param(argv, words, id=cid) for cid, argv, words in CASES])
 def test_bad_input_is_one_line_exit_2(argv: list[str], words: str, sandbox: dict[str, str], garbage_url: str,
                                       capsys: pytest.CaptureFixture[str], _isolated_tracking: Path) -> None:
     places = {**sandbox, "garbage": garbage_url}
@@ -281,11 +264,8 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], words: str, sandbox: dict
     assert _snapshot(*watched) == before, "a bad input created files"
 
 
-@pytest.mark.parametrize(("name", "edit", "words"), [
-    pytest.param(name, edit, words, id=name,
-                 marks=[pytest.mark.xfail(reason="study-key validation is the schema helper's (#11)", strict=False)]
-                 if name in SCHEMA_PENDING else [])
-    for name, edit, words in STUDY_EDITS])
+@pytest.mark.parametrize(("name", "edit", "words"), [pytest.param(name, edit, words, id=name)
+                                                    for name, edit, words in STUDY_EDITS])
 def test_bad_study_key_is_one_line_exit_2(name: str, edit: tuple[str, str], words: str, sandbox: dict[str, str],
                                           capsys: pytest.CaptureFixture[str], _isolated_tracking: Path) -> None:
     bad = Path(sandbox["work"]).parent / f"{name}.toml"
@@ -302,3 +282,13 @@ def test_case_table_covers_every_command() -> None:
 
     covered = {argv[0] for _cid, argv, _w in CASES if argv and not argv[0].startswith("-")}
     assert set(COMMANDS) <= covered, f"commands without a bad-input case: {sorted(set(COMMANDS) - covered)}"
+
+
+def test_context_beyond_model_and_memory_is_a_preflight_reject(sandbox: dict[str, str],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Not bad input but a plan that cannot run: preflight rejects it (exit 3) naming both rules."""
+    bad = Path(sandbox["work"]).parent / "huge.toml"
+    bad.write_text(_study(str(CPU_STUDY), "context_len = 4096", "context_len = 2000000000"), encoding="utf-8")
+    code, out, err = _run(["preflight", "--study", str(bad)], capsys)
+    assert code == 3 and "Traceback" not in err
+    assert "context-exceeds-model" in out and "context-exceeds-memory" in out

@@ -186,3 +186,21 @@ def test_predict_for_arm_dict() -> None:
     assert d["engine_weights_gib"] > d["naive_weights_gib"]  # embeddings + LM head stay bf16
     with pytest.raises(BadInput, match="x86-cpu has no fixed memory"):
         predict_for_arm(get_model("Llama-3-8B"), get_gpu("x86-cpu"), parse_arm_spec("fp8"), "vllm")
+
+
+def test_vllm_kv_cache_memory_bytes_replaces_the_profile() -> None:
+    """--kv-cache-memory-bytes 4 GiB on SmolLM2-135M (23,040 B/token bf16, 11,520 fp8): vLLM 0.25.0 on the H200
+    logged 186,400 and 372,816 tokens (docs/gpu/h200-smollm2.md); blocks of 16 tokens, util ignored."""
+    from quantrack.arms import make_arm
+    from quantrack.capacity import predict_engine
+    from quantrack.hub import resolve_model
+
+    resolved = resolve_model("SmolLM2-135M")
+    shape = getattr(resolved, "shape", resolved)
+    for arm, logged in ((make_arm("bf16"), 186_400), (make_arm("fp8-kv", weights="fp8", kv="fp8"), 372_816)):
+        for util in (0.45, 0.9):
+            p = predict_engine(shape, 141 * 2**30, arm, "vllm", util=util, context_len=2048,
+                               kv_cache_memory_bytes=4 * 2**30)
+            assert p.engine_tokens == logged
+    with pytest.raises(BadInput, match="--kv-cache-memory-bytes"):
+        predict_engine(shape, 141 * 2**30, make_arm("bf16"), "sglang", util=0.5, kv_cache_memory_bytes=2**30)

@@ -40,7 +40,7 @@ def test_one_table_per_gpu_each_with_its_own_rows(uri: str) -> None:
     for t in tables:
         assert [r["arm"] for r in t.rows] == ["bf16", "fp8"]
         assert not t.skipped  # nothing collapsed across GPUs
-    text = render_many(tables, "table")
+    text = render_many(tables, "table", wide=True)
     assert "7.00 ms" in text and "5.00 ms" in text and "4.90 ms" in text and "3.50 ms" in text
     both = json.loads(render_many(tables, "json"))
     assert len(both["tables"]) == 2

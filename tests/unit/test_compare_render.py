@@ -58,12 +58,8 @@ def logged(store_uri: str) -> list[RunRow]:
 
 
 @pytest.fixture(scope="module")
-def shared_data_module() -> Path:
-    from tests.conftest import SHARED_DATA
-
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    return SHARED_DATA
+def shared_data_module(real_data: Path) -> Path:
+    return real_data
 
 
 def _normalize(text: str) -> str:
@@ -72,12 +68,25 @@ def _normalize(text: str) -> str:
 
 @pytest.mark.parametrize("fmt,ext", [("table", "txt"), ("md", "md"), ("csv", "csv"), ("json", "json")])
 def test_golden(logged: list[RunRow], fmt: str, ext: str) -> None:
-    text = _normalize(render(build_table(EXPERIMENT, logged), fmt))
+    text = _normalize(render(build_table(EXPERIMENT, logged), fmt, wide=True))
     golden = GOLDEN / f"compare-vllm-h200.{ext}"
     if os.environ.get("QUANTRACK_UPDATE_GOLDEN"):
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text, encoding="utf-8")
     assert text == golden.read_text(encoding="utf-8")
+
+
+def test_default_table_fits_120_columns_golden(logged: list[RunRow]) -> None:
+    """The default table: decision columns only, merged cells, baseline cells '— (baseline)', ≤ 120 wide."""
+    text = _normalize(render(build_table(EXPERIMENT, logged)))
+    golden = GOLDEN / "compare-vllm-h200-narrow.txt"
+    if os.environ.get("QUANTRACK_UPDATE_GOLDEN"):
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+    assert max(len(line) for line in text.splitlines()) <= 120
+    base = next(line for line in text.splitlines() if line.startswith("bf16 "))
+    assert base.count("— (baseline)") == 2  # Δ and top-1/KL: the baseline is not "not measured"
+    assert "All columns: --wide." in text
 
 
 def test_values_come_from_the_files(logged: list[RunRow]) -> None:
@@ -308,7 +317,7 @@ def test_fresh_process_compare_never_imports_scipy(store_uri: str, logged: list[
     assert build_table(EXPERIMENT, logged).rows[1]["paired_test"].startswith("McNemar p=")
     code = ("import sys; from quantrack.cli import main\n"
             "try:\n"
-            f"    main(['compare', '--experiment', {EXPERIMENT!r}, '--tracking-uri', {store_uri!r}])\n"
+            f"    main(['compare', '--experiment', {EXPERIMENT!r}, '--tracking-uri', {store_uri!r}, '--wide'])\n"
             "except SystemExit as e:\n"
             "    assert not e.code, e.code\n"
             "sys.stderr.write(' '.join(m for m in ('scipy', 'mlflow', 'pandas') if m in sys.modules) or 'none')")
@@ -451,3 +460,20 @@ def test_real_h200_session2_store_has_kl_per_arm(tmp_path: Path) -> None:
         assert m["bf16"]["kl_top1_agree"] == 1.0 and m["bf16"]["kl_mean"] < 1e-9  # the self-check
         for arm in ("fp8", "fp8-kv"):
             assert 0.0 < m[arm]["kl_top1_agree"] < 0.5 and 1e-4 < m[arm]["kl_mean"] < 1e-2
+
+
+def test_real_h200_session2_default_table_fits_and_says_what_it_lacks(tmp_path: Path) -> None:
+    """The default table on a real store: ≤ 120 columns, the self-check marked, unrecorded contention said."""
+    import tarfile
+
+    if not H200_STORE_2.is_file():
+        pytest.skip(f"{H200_STORE_2} not present")
+    with tarfile.open(H200_STORE_2) as tar:
+        tar.extractall(tmp_path, filter="data")
+    uri = f"sqlite:///{tmp_path}/qt-mlruns/mlflow.db"
+    text = render(compare_experiment("h200-vllm", None, uri))
+    assert max(len(line) for line in text.splitlines()) <= 120
+    bf16 = next(line for line in text.splitlines() if line.startswith("bf16 "))
+    assert "100.0% / 0.0000 (self)" in bf16
+    assert "yes (fp8_marlin)" in text
+    assert "host contention during latency not recorded for: bf16, fp8, fp8-kv, fp8-marlin." in text

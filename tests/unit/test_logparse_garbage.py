@@ -1,5 +1,6 @@
 """Garbage in: binary bytes, empty files, truncated lines, two engines interleaved, a big log.
-The parsers must return a report whose not_found names what is missing, and never raise."""
+An adapter (the runner's own captured log) returns a report whose not_found names what is missing and never raises;
+``parse_log_file`` with auto-detection (the CLI, audit) refuses an empty, binary or directory input with one line."""
 
 from __future__ import annotations
 
@@ -30,11 +31,24 @@ def test_binary_bytes(tmp_path: Path, engine: str) -> None:
     assert r.kv_cache_tokens is None and "kv_cache_tokens" in r.not_found
 
 
-def test_auto_detect_on_garbage_gives_an_empty_report(tmp_path: Path) -> None:
+def test_auto_detect_on_garbage_is_bad_input(tmp_path: Path) -> None:
     p = tmp_path / "noise.log"
     p.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 100)
+    with pytest.raises(BadInput, match=r"noise\.log: binary file, not a text log$"):
+        parse_log_file(p)
+    (tmp_path / "empty.log").write_bytes(b"\n  \n")
+    with pytest.raises(BadInput, match=r"empty\.log: empty file, not a startup log$"):
+        parse_log_file(tmp_path / "empty.log")
+    with pytest.raises(BadInput, match=r": is a directory, not a log file$"):
+        parse_log_file(tmp_path)
+
+
+def test_other_programs_log_names_no_engine(tmp_path: Path) -> None:
+    p = tmp_path / "nginx.log"
+    p.write_text('127.0.0.1 - - [10/Oct/2025:13:55:36 +0000] "GET /index.html HTTP/1.1" 200 2326\n' * 50)
     r = parse_log_file(p)
-    assert r.engine is None and "engine" in r.not_found and "kv_cache_tokens" in r.not_found
+    assert r.engine is None and "engine" in r.not_found and r.detection["scores"] == {
+        "vllm": 0, "sglang": 0, "llamacpp": 0}
 
 
 def test_missing_file_is_bad_input(tmp_path: Path) -> None:
@@ -62,8 +76,10 @@ def test_two_engines_interleaved(shared_data: Path, tmp_path: Path) -> None:
     p = tmp_path / "mixed.log"
     p.write_text("\n".join(mixed) + "\n")
     r = parse_log_file(p)
-    assert r.engine in ("vllm", "sglang")
-    assert any(w.kind == "mixed_engines" for w in r.warnings)
+    # half vLLM, half SGLang: no engine is clear, both are named, and the fallback is still found
+    assert r.engine is None and r.detection["candidates"] == ["vllm", "sglang"]
+    assert r.detection["reason"].startswith("no clear engine: vllm ")
+    assert [e.kind for e in r.fallbacks] == ["fp8_marlin"]
     # each adapter reads only its own engine's lines
     rv = get_adapter("vllm").parse_log_file(p)
     rs = get_adapter("sglang").parse_log_file(p)
@@ -90,5 +106,7 @@ def test_line_sources_agree_with_file_scan(shared_data: Path) -> None:
     a = get_adapter("sglang").parse_log_file(path)
     b = get_adapter("sglang").parse_log(path.read_bytes().split(b"\n"))
     assert (a.extra.pop("lines_read"), b.extra.pop("lines_read")) == (220, 221)  # split() adds an empty last item
-    assert a.to_dict() | {"source": None} == b.to_dict() | {"source": None}
+    blank = {"source": None, "detection": {}, "engine_evidence": []}
+    assert a.to_dict() | blank == b.to_dict() | blank
+    assert a.detection["method"] == "given" and a.detection["scores"]["sglang"] > 0
     assert [(e.kind, e.line_no) for e in b.fallbacks] == [("fp8_marlin", 19)]

@@ -77,7 +77,8 @@ def test_config_source(capsys: pytest.CaptureFixture[str]) -> None:
     (["--config", str(CONFIGS / "incomplete.json"), "--vram", "24"],
      f"{CONFIGS / 'incomplete.json'}: incomplete config, missing num_hidden_layers"),
     (["--config", str(CONFIGS / "deepseek-v2-lite.json"), "--vram", "24"],
-     f"{CONFIGS / 'deepseek-v2-lite.json'}: not modelled: multi-head latent attention (kv_lora_rank=512)"),
+     (f"{CONFIGS / 'deepseek-v2-lite.json'}: not modelled from config.json alone: mixture-of-experts "
+     "(n_routed_experts=64); its parameter bytes come from the checkpoint's safetensors headers: use --model ORG/NAME")),
     (["--model", "Llama-3-8B", "--vram", "0"], "--vram must be greater than zero, got '0'"),
     (["--model", "Llama-3-8B", "--vram", "-8GiB"],
      "bad --vram '-8GiB': expected a number with an optional unit (24, 24GiB, 16GB, 512MiB)"),

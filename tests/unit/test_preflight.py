@@ -95,7 +95,10 @@ def test_rejected_arm_gets_no_launch_command(capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--gpu", "H10", "--arm", "fp8"], "quantrack: error: unknown GPU 'H10' (did you mean 'H100-SXM'?); see `quantrack catalog gpus`"),
-    (["--gpu", "H100", "--arm", "fp8", "--engine", "vlm"], "quantrack: error: unknown engine 'vlm' (did you mean 'vllm'?)"),
+    (["--gpu", "H100", "--arm", "fp8", "--engine", "vlm"], "quantrack: error: --engine: expected one of vllm, sglang, llamacpp, got \"vlm\" (did you mean 'vllm'?)"),
+        (["--gpu", "H100", "--arm", "fp8", "--tp", "0"], "quantrack: error: --tp: expected an integer ≥ 1, got 0"),
+        (["--gpu", "H100", "--arm", "fp8", "--util", "nan"], "quantrack: error: --util: expected a finite number in (0, 1], got nan"),
+        (["--gpu", "H100", "--arm", "fp8", "--context-len", "0"], "quantrack: error: --context-len: expected an integer ≥ 1, got 0"),
     (["--gpu", "H100", "--arm", "fp9"], "quantrack: error: unknown arm 'fp9' (did you mean 'fp8'?)"),
     (["--gpu", "H100", "--arm", "fp8", "--study", "s.toml"], "quantrack: error: give --arm or --study, not both (a study file lists its own [[arms]])"),
     (["--gpu", "H100", "--arm", "fp8", "--model", "Llama-3-8B", "--config", "c.json"], "quantrack: error: give one model source, not --model and --config"),
@@ -314,7 +317,7 @@ def test_unknown_model_reference_is_bad_input(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys, "--study", str(path))
     assert code == 2 and out == ""
     assert err == ("quantrack: error: model reference 'smollm2:Q5_0': no type Q5_0 (did you mean 'Q8_0'?); "
-                   "smollm2 has: F16, Q8_0, Q4_0, Q4_1\n")
+                   "smollm2 has: F16, Q8_0, Q4_0, Q4_1, HF-BF16\n")
 
 
 # --- NVML facts per GPU (fake pynvml: our mapping code, not a GPU) ----------------------------------------

@@ -70,14 +70,17 @@ def test_flat_keys_work_too(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kl, message", [
-    ('kl = { tokens = 400, arms = ["fp9"] }', "kl.arms: no arm 'fp9'"),
-    ("kl = { tokens = 400, baseline_util = 1.5 }", "kl.baseline_util must be a fraction"),
-    ("kl = { tokens = 400, base_util = 0.4 }", "kl: unknown key 'base_util'"),
-    ('kl = { tokens = "many" }', "kl.tokens must be a non-negative integer"),
-    ("kl = { tokens = 400, top_k = 0 }", "kl.top_k must be a positive integer"),
-    ('kl = { tokens = 400, arms = "fp8" }', "kl.arms must be a list of arm names"),
-    ("kl = 400", "kl must be a table"),
-    ("kl_tokens = 5\nkl = { tokens = 400 }", "kl_tokens given twice"),
+    ('kl = { tokens = 400, arms = ["fp9"] }', "[eval] kl.arms: no arm 'fp9'"),
+    ("kl = { tokens = 400, baseline_util = 1.5 }", "[eval] kl.baseline_util: expected a finite number in (0, 1], got 1.5"),
+    ("kl = { tokens = 400, base_util = 0.4 }", "[eval] kl: unknown key 'base_util' (did you mean 'baseline_util'?)"),
+    ('kl = { tokens = "many" }', '[eval] kl.tokens: expected an integer ≥ 1, got "many"'),
+    ("kl = { tokens = 0 }", "[eval] kl.tokens: expected an integer ≥ 1, got 0"),
+    ("kl = { tokens = 400, top_k = 0 }", "[eval] kl.top_k: expected an integer in 1..100, got 0"),
+    ("kl = { tokens = 400, top_k = 500 }", "[eval] kl.top_k: expected an integer in 1..100, got 500"),
+    ("kl = { tokens = 400, top_k = 21 }", "[eval] kl.top_k: vLLM returns at most --max-logprobs (default 20)"),
+    ('kl = { tokens = 400, arms = "fp8" }', '[eval] kl.arms: expected a list of non-empty strings, got "fp8"'),
+    ("kl = 400", "[eval] kl: expected a table like { tokens = 2000, top_k = 20 }, got 400"),
+    ("kl_tokens = 5\nkl = { tokens = 400 }", "[eval] kl_tokens given twice"),
 ])
 def test_bad_kl_tables_are_one_line_errors(tmp_path: Path, kl: str, message: str) -> None:
     with pytest.raises(BadInput, match="^[^\n]*$") as exc:
