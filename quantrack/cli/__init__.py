@@ -135,6 +135,10 @@ def _main(argv: list[str] | None) -> Any:
     except KeyboardInterrupt:
         click.echo("quantrack: interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:  # `quantrack compare | head`: the reader left; nothing to say
+        with contextlib.suppress(OSError):
+            sys.stderr.flush()
+        os._exit(0)
     except OSError as exc:
         _fail(describe_os_error(exc), 1 if exc.errno in _DEVICE_ERRNOS else 2)
     except UnicodeError as exc:

@@ -8,7 +8,9 @@ it FAILED with the reason. Ctrl-C cancels every task (gracefully, then ``force``
 Task (on the node): starts a child process that runs the arm through ``quantrack.runner`` and logs
 its run to the central tracking URI. The child asks the kernel for SIGTERM when the task's worker
 dies (``PR_SET_PDEATHSIG``) and turns SIGTERM into KeyboardInterrupt, so the runner's managed server
-stops its engine process group even when Ray kills the worker or the node goes away.
+stops its engine process group even when Ray kills the worker or the node goes away. The job reaches
+the child as a file in a fresh ``mkdtemp`` folder (0700, unpredictable name), written ``O_EXCL`` 0600 and
+unpickled only if it and its folder belong to this user and are closed to everyone else.
 """
 
 from __future__ import annotations
