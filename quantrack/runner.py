@@ -905,6 +905,9 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     result = StudyResult(study=study, experiment=experiment, outcomes=outcomes, parent=parent, logged=logged,
                          plots=[p for o in outcomes for p in o.plots.values()])
     result.table = study_table(result, tracker.uri, say, prices)
+    from quantrack.report.page import publish_study_report
+
+    publish_study_report(result, tracker.uri, workdir, say, prices)  # quantrack report's page, on the parent run
     result.wall_s = round(time.perf_counter() - t_study, 1)
     for png in result.plots:
         say(f"speedup plot: {png} (also an artifact of its arm's run)")

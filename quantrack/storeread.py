@@ -46,7 +46,8 @@ from quantrack.tracking import TAG_ROLE, RunRow, TrackingError, is_remote
 KNOWN_REVISIONS = frozenset({"dc11669786a5"})
 _COLUMNS = {
     "experiments": {"experiment_id", "name", "lifecycle_stage", "creation_time"},
-    "runs": {"run_uuid", "name", "experiment_id", "status", "start_time", "end_time", "lifecycle_stage"},
+    "runs": {"run_uuid", "name", "experiment_id", "status", "start_time", "end_time", "lifecycle_stage",
+             "artifact_uri"},
     "params": {"key", "value", "run_uuid"},
     "tags": {"key", "value", "run_uuid"},
     "latest_metrics": {"key", "value", "is_nan", "run_uuid"},
@@ -153,7 +154,7 @@ def _read_sqlite(uri: str, experiment: str, role: str | None,
         sel += " WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'"
         args.append(exp_id)
         runs = conn.execute(
-            "SELECT r.run_uuid, r.experiment_id, r.name, r.status, r.start_time, r.end_time " + sel
+            "SELECT r.run_uuid, r.experiment_id, r.name, r.status, r.start_time, r.end_time, r.artifact_uri " + sel
             + " ORDER BY CASE WHEN r.start_time IS NULL THEN 1 ELSE 0 END, r.start_time DESC, r.run_uuid",
             args).fetchall()
         params: dict[str, dict[str, Any]] = {r[0]: {} for r in runs}
@@ -175,11 +176,11 @@ def _read_sqlite(uri: str, experiment: str, role: str | None,
     finally:
         conn.close()
     out = []
-    for rid, eid, name, status, start, end in runs:
+    for rid, eid, name, status, start, end, art in runs:
         out.append(RunRow(
             run_id=rid, experiment_id=str(eid), run_name=name or tags[rid].get("mlflow.runName") or "",
             status=status, start_time=int(start or 0), end_time=int(end) if end else None,
-            params=params[rid], metrics=metrics[rid], tags=tags[rid]))
+            params=params[rid], metrics=metrics[rid], tags=tags[rid], artifact_uri=art or None))
     return out
 
 
@@ -275,6 +276,7 @@ def _row_from_json(run: dict[str, Any]) -> RunRow:
         start_time=int(info.get("start_time") or 0), end_time=end or None,
         params=_kv(data.get("params", [])), tags=_kv(data.get("tags", [])),
         metrics={m.get("key", ""): float(m.get("value", 0.0)) for m in data.get("metrics", [])},
+        artifact_uri=info.get("artifact_uri") or None,
     )
 
 

@@ -32,7 +32,7 @@ Example::
 from __future__ import annotations
 
 import tomllib
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,17 @@ class TrackingSpec:
     experiment: str | None = setting(default=None, help="MLflow experiment (default: the study name).", nonempty=True)
 
 
+@dataclass(frozen=True)
+class DecisionSpec:
+    """[decision]: the constraints `quantrack report` judges the arms by (grammar and checks:
+    quantrack.report.decision.constraints_from_table)."""
+
+    slo: tuple[str, ...] = ()  # "tpot_p99<=30ms@64", ...
+    max_accuracy_drop: str | None = None  # "1pp"
+    max_kl: float | None = None
+    prices: str | None = None  # a prices TOML, relative to the study file
+
+
 @settings
 class Study:
     name: str = setting(help="Study name (the default experiment).", nonempty=True)
@@ -146,6 +157,7 @@ class Study:
     fleet: dict[str, Any] = setting(help="Fleet (Ray/SkyPilot) settings, validated by quantrack.fleet.",
                                      factory=dict)
     description: str = setting(default="", help="What the study is for.")
+    decision: DecisionSpec = field(default_factory=DecisionSpec)  # [decision]: quantrack report's constraints
     source: str | None = None  # the file it was read from
 
     @property
@@ -205,7 +217,7 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
 
 
 def _study(data: dict[str, Any], source: str) -> Study:
-    top = build(Study, data, "", skip=(*_SECTIONS, "arms", "baseline"))
+    top = build(Study, data, "", skip=(*_SECTIONS, "arms", "baseline", "decision"))
     if "name" not in top:
         raise BadInput("name: required (a non-empty string)")
     sections: dict[str, Any] = {}
@@ -239,7 +251,17 @@ def _study(data: dict[str, Any], source: str) -> Study:
         engine=sections["engine"], gpu=sections["gpu"], arms=tuple(arms),
         context_len=top.get("context_len", 4096), parallel=top.get("parallel", 1), latency=sections["latency"],
         sweep=sections["sweep"], eval=ev, tracking=sections["tracking"], fleet=top.get("fleet", {}), source=source,
+        decision=_decision(data["decision"], source) if "decision" in data else DecisionSpec(),
     )
+
+
+def _decision(table: Any, source: str) -> DecisionSpec:
+    """[decision], checked with the report's own grammar before anything starts (prices: relative to the file)."""
+    from quantrack.report.decision import constraints_from_table
+
+    c = constraints_from_table(table, "", Path(source).parent if source != "<study>" else None)
+    return DecisionSpec(slo=tuple(s.text for s in c.slos), max_accuracy_drop=table.get("max_accuracy_drop"),
+                        max_kl=c.max_kl, prices=c.prices)
 
 
 def _arms(raw: Any, baseline: Any) -> list[Arm]:

@@ -260,6 +260,7 @@ class RunRow:
     params: dict[str, str]
     metrics: dict[str, float]
     tags: dict[str, str]
+    artifact_uri: str | None = None  # where the run's artifacts are (file:// for a local store)
 
     @property
     def arm(self) -> str:
@@ -914,6 +915,7 @@ def _search_runs_mlflow(experiment: str, target: str, role: str | None) -> list[
         status=r.info.status, start_time=int(r.info.start_time or 0),
         end_time=int(r.info.end_time) if r.info.end_time else None,
         params=dict(r.data.params), metrics=dict(r.data.metrics), tags=dict(r.data.tags),
+        artifact_uri=r.info.artifact_uri or None,
     ) for r in runs]
 
 
@@ -930,6 +932,27 @@ def read_artifact_text(run_id: str, path: str, uri: str | None = None) -> str | 
             return Path(local).read_text(encoding="utf-8")
     except Exception:  # noqa: BLE001 - missing artifact: the caller prints n/a
         return None
+
+
+def log_files_to_run(run_id: str, files: Mapping[str, Path], uri: str | None = None) -> None:
+    """Add files to an existing run's artifacts (``{artifact path: local file}``), e.g. the decision report on
+    a study's parent run after it finished. TrackingError when the store refuses."""
+    target = resolve_uri(uri)
+    if is_remote(target) and not server_reachable(target):
+        raise TrackingError(f"tracking server {target} is unreachable")
+    try:
+        with _quick_http(), tempfile.TemporaryDirectory(prefix="quantrack-art-") as tmp:
+            for rel, src in files.items():
+                dest = Path(tmp) / _safe_rel(rel)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)
+            with contextlib.redirect_stdout(sys.stderr):
+                _client(target).log_artifacts(run_id, tmp)
+    except QuantrackError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise TrackingError(f"tracking store {target} refused the artifacts of run {run_id}: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") from None
 
 
 # --- provenance --------------------------------------------------------------------------------------------
@@ -984,6 +1007,7 @@ __all__ = [
     "git_revision",
     "load_runs",
     "log_arm",
+    "log_files_to_run",
     "pending_spool",
     "provenance_tags",
     "read_artifact_text",

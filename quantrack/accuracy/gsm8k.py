@@ -1,31 +1,35 @@
-"""GSM8K 5-shot against a running OpenAI-compatible server: prompts, scoring, the runner.
+"""GSM8K 5-shot against a running OpenAI-compatible server: prompts, exemplars, scoring, the runner.
 
-Two scoring styles, one prompt:
+Two styles, each following one tool end to end:
 
 * ``vllm`` (default): vLLM's ``tests/evals/gsm8k/gsm8k_eval.py`` (v0.33.0, ``vllm@4ba787ec9``), so
   numbers compare with vLLM's CI. Shots are the first ``num_shots`` train examples as
   ``"Question: {q}\\nAnswer: {a}\\n\\n"`` (L175-L203), the question is ``"Question: {q}\\nAnswer:"``,
   stop ``["Question", "Assistant:", "<|separator|>"]`` (L303), answer = last run of digits after
-  removing commas, ``INVALID = -9999999`` (L67-L76), ``/v1/completions`` with temperature and seed
+  removing commas, ``INVALID = -9999999`` (L67-L76), ``/v1/completions`` with temperature and seed 42
   (L100-L110).
-* ``lm-eval``: the same prompt, scored like lm-evaluation-harness's ``gsm8k`` task
-  (``EleutherAI/lm-evaluation-harness@4e7e0d47f33bc71070c1d38394bafbb52b117163``):
+* ``lm-eval``: lm-evaluation-harness's ``gsm8k`` task as of lm-eval 0.4.13 (checked against the PyPI
+  release and ``EleutherAI/lm-evaluation-harness@4e7e0d47f33bc71070c1d38394bafbb52b117163``):
+  exemplars drawn by its default sampler with its few-shot seed 1234 (:func:`fewshot_ids`), the
+  same ``"Question: {q}\\nAnswer: {a}"`` turns joined by ``"\\n\\n"`` (target delimiter ``" "``),
   ``lm_eval/tasks/gsm8k/gsm8k.yaml`` strict-match ``"#### (\\-?[0-9\\.\\,]+)"`` first match (L33-L37),
   flexible-extract ``"(-?[$0-9.,]{2,})|(-?[0-9]+)"`` last match (L38-L43), stop ``until``
   ``["Question:", "</s>", "<|im_end|>"]`` (L24-L27), exact_match with ``ignore_case`` and
   ``regexes_to_ignore`` ``[",", "\\$", "(?s).*#### ", "\\.$"]`` (L13-L22), fallback ``"[invalid]"``
-  (``lm_eval/filters/extraction.py:L28``, tuple groups L49-L58). lm-eval draws its few-shot
-  exemplars from the train split with its own sampler; here they are the first five train examples,
-  so the *scoring* is lm-eval's and the *prompt* is vLLM's (docs/accuracy.md).
+  (``lm_eval/filters/extraction.py:L28``, tuple groups L49-L58), request seed 1234
+  (``lm_eval/models/api_models.py:L126``). ``--fewshot-sampler first_n`` gives lm-eval's
+  ``first_n`` sampler instead (= vLLM's exemplars).
 
-Data ships in the package (``quantrack/data/gsm8k``), checked by SHA-256 when loaded.
-The transport (httpx, threads) is separate from the pure prompt/score/parse functions.
+Data ships in the package (``quantrack/data/gsm8k``: upstream test and train splits), checked by
+SHA-256 when loaded. The transport (httpx, threads) is separate from the pure prompt/score/parse
+functions.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 import time
 from collections.abc import Callable
@@ -44,6 +48,7 @@ from quantrack.errors import BadInput, EngineError, MeasurementError, unknown
 
 TASKS = ("gsm8k",)
 STYLES = ("vllm", "lm-eval")
+SAMPLERS = ("first_n", "lm-eval")
 FULL_TEST_SIZE = 1319
 
 # Upstream hashes (openai/grade-school-math data/{train,test}.jsonl, as served by vLLM's CI bucket).
@@ -59,6 +64,12 @@ LM_EVAL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 LM_EVAL_IGNORE = [r",", r"\$", r"(?s).*#### ", r"\.$"]
 LM_EVAL_FALLBACK = "[invalid]"
+# lm-evaluation-harness@4e7e0d4: fewshot_random_seed default (lm_eval/config/evaluate_config.py:L31, the 4th of
+# DEFAULT_SEED [0, 1234, 1234, 1234]; lm_eval/evaluator.py:L84) and local-completions' request seed
+# (lm_eval/models/api_models.py:L126)
+LM_EVAL_FEWSHOT_SEED = 1234
+LM_EVAL_REQUEST_SEED = 1234
+VLLM_REQUEST_SEED = 42  # vllm@4ba787ec9:tests/evals/gsm8k/gsm8k_eval.py --seed default
 
 REQUEST_TIMEOUT_S = 600.0  # vLLM's script: request timeout 600 s
 
@@ -69,21 +80,25 @@ REQUEST_TIMEOUT_S = 600.0  # vLLM's script: request timeout 600 s
 @dataclass(frozen=True)
 class Gsm8kData:
     test: list[dict[str, str]]
-    shots: list[dict[str, str]]  # the first train examples, in order
+    train: list[dict[str, str]]  # the whole train split, in file order (the few-shot pool)
     test_sha256: str
     source: str  # "shipped" or the --data-dir path
+    num_shots: int = 5
+
+    @property
+    def shots(self) -> list[dict[str, str]]:
+        """The first ``num_shots`` train examples (the ``first_n`` exemplars)."""
+        return self.train[:self.num_shots]
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, str]]:
+def _read_jsonl(path: Path) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     with path.open(encoding="utf-8") as fh:
         for no, line in enumerate(fh, 1):
-            if limit is not None and len(out) >= limit:
-                break
             if not line.strip() or line.startswith("#"):  # vLLM skips '#' lines (gsm8k_eval.py:L63)
                 continue
             row = json.loads(line)
@@ -94,34 +109,72 @@ def _read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, str]]:
 
 
 def load_data(num_shots: int, data_dir: Path | None = None) -> Gsm8kData:
-    """The test split and the first ``num_shots`` train examples, hash-checked.
+    """The test split and the whole train split (the few-shot pool), both hash-checked.
 
-    Shipped data has the full test split and the first five train examples; ``data_dir`` must
-    hold upstream ``test.jsonl`` and ``train.jsonl`` (both checked against upstream hashes).
+    The package ships both upstream files (openai/grade-school-math); ``data_dir`` must hold
+    upstream ``test.jsonl`` and ``train.jsonl`` too (checked against the same hashes).
     """
     if data_dir is None:
         from quantrack.resources import data_dir as shipped_root
 
         root = shipped_root() / "gsm8k"
-        test_path, shots_path = root / "test.jsonl", root / "fewshot.jsonl"
-        got = _sha256(test_path)
-        if got != TEST_SHA256:
-            raise BadInput(f"shipped GSM8K test.jsonl is damaged (sha256 {got[:12]}..., expected "
-                           f"{TEST_SHA256[:12]}...); reinstall quantrack or pass --data-dir")
-        shots = _read_jsonl(shots_path)
-        if num_shots > len(shots):
-            raise BadInput(f"--num-shots {num_shots}: only {len(shots)} exemplars ship with quantrack; "
-                           "pass --data-dir with the full train.jsonl for more")
-        return Gsm8kData(_read_jsonl(test_path), shots[:num_shots], got, "shipped")
-    test_path, train_path = data_dir / "test.jsonl", data_dir / "train.jsonl"
-    for path, want in ((test_path, TEST_SHA256), (train_path, TRAIN_SHA256)):
-        if not path.is_file():
-            raise BadInput(f"--data-dir {data_dir}: {path.name} not found")
-        got = _sha256(path)
+    else:
+        root = data_dir
+    paths = {}
+    for name, want in (("test.jsonl", TEST_SHA256), ("train.jsonl", TRAIN_SHA256)):
+        path = root / name
+        got = _sha256(path) if path.is_file() else None
+        if data_dir is None and got != want:
+            raise BadInput(f"shipped GSM8K {name} is " + ("missing" if got is None else
+                           f"damaged (sha256 {got[:12]}..., expected {want[:12]}...)") +
+                           "; reinstall quantrack or pass --data-dir")
+        if got is None:
+            raise BadInput(f"--data-dir {data_dir}: {name} not found")
         if got != want:
-            raise BadInput(f"--data-dir {data_dir}: {path.name} sha256 {got[:12]}... does not match upstream "
+            raise BadInput(f"--data-dir {data_dir}: {name} sha256 {got[:12]}... does not match upstream "
                            f"{want[:12]}... (openai/grade-school-math)")
-    return Gsm8kData(_read_jsonl(test_path), _read_jsonl(train_path, limit=num_shots), TEST_SHA256, str(data_dir))
+        paths[name] = path
+    train = _read_jsonl(paths["train.jsonl"])
+    if num_shots > len(train):
+        raise BadInput(f"--num-shots {num_shots}: the train split has only {len(train)} examples")
+    return Gsm8kData(_read_jsonl(paths["test.jsonl"]), train, TEST_SHA256,
+                     "shipped" if data_dir is None else str(data_dir), num_shots)
+
+
+# ---------------------------------------------------------------- few-shot exemplars (pure)
+
+
+def default_sampler(style: str) -> str:
+    """The exemplar choice of the tool a style follows: vLLM takes the first train examples, lm-eval draws."""
+    return "first_n" if style == "vllm" else "lm-eval"
+
+
+def fewshot_ids(sampler: str, *, num_questions: int, num_shots: int, pool_size: int,
+                seed: int = LM_EVAL_FEWSHOT_SEED) -> list[list[int]]:
+    """Train-split indices of the exemplars of each of the first ``num_questions`` test questions.
+
+    * ``first_n``: ``[0 .. num_shots-1]`` for every question — vLLM's ``gsm8k_eval.py``
+      (``range(num_shots)``, vllm@4ba787ec9:tests/evals/gsm8k/gsm8k_eval.py:L175-L203) and lm-eval's
+      ``FirstNSampler`` (``pool[:n]``, lm-evaluation-harness@4e7e0d4:lm_eval/api/samplers.py:L96-L106).
+    * ``lm-eval``: lm-eval's default ``ContextSampler``. One ``random.Random(seed)`` for the task
+      (``set_fewshot_seed``, lm_eval/api/task.py:L560-L563, seed 1234 from ``fewshot_random_seed``,
+      lm_eval/evaluator.py:L84 and L347), then for each test document in order
+      (``build_all_requests``, task.py:L332-L345) ``rnd.sample(train, n)`` (samplers.py:L57-L62) — the
+      ``eval_doc`` path (draw n+1, drop the document) is taken only when the few-shot split is the
+      test split (task.py:L982-L986), which for GSM8K (train vs test) it is not. ``Random.sample``
+      uses only the pool's length, so sampling indices draws the same exemplars.
+
+    The draws for question i depend on every question before it, so a run of the first N questions
+    equals lm-eval's ``--limit N`` and the first N of a full run.
+    """
+    if sampler not in SAMPLERS:
+        raise unknown("few-shot sampler", sampler, SAMPLERS)
+    if not 0 <= num_shots <= pool_size:
+        raise BadInput(f"--num-shots {num_shots}: must be 0..{pool_size}")
+    if sampler == "first_n" or num_shots == 0:
+        return [list(range(num_shots)) for _ in range(num_questions)]
+    rnd = random.Random(seed)
+    return [rnd.sample(range(pool_size), num_shots) for _ in range(num_questions)]
 
 
 # ---------------------------------------------------------------- prompt
@@ -305,11 +358,12 @@ def result_from_records(records: dict[int, QuestionRecord], *, num_questions: in
     k = sum(1 for r in answered if r.correct)
     prop = proportion(k, len(answered))
     extra: dict[str, Any] = {}
-    flex = [r.extra.get("correct_flexible") for r in answered if "correct_flexible" in r.extra]
-    if answered and len(flex) == len(answered):
-        fp = proportion(sum(1 for f in flex if f), len(flex))
-        extra["accuracy_flexible"] = fp.p
-        extra["ci_flexible"] = [fp.ci_low, fp.ci_high]
+    for other in ("flexible", "strict"):  # the lm-eval filter that is not the record's own verdict
+        verdicts = [r.extra.get(f"correct_{other}") for r in answered if f"correct_{other}" in r.extra]
+        if answered and len(verdicts) == len(answered):
+            fp = proportion(sum(1 for f in verdicts if f), len(verdicts))
+            extra[f"accuracy_{other}"] = fp.p
+            extra[f"ci_{other}"] = [fp.ci_low, fp.ci_high]
     return EvalResult(
         task="gsm8k", style=style, num_questions=num_questions, n=len(answered), correct=k,
         invalid=sum(1 for r in answered if r.invalid), errors=errors, accuracy=prop.p, se=prop.se,
@@ -340,7 +394,9 @@ def small_sample_warning(result: EvalResult) -> str | None:
 def format_result(result: EvalResult) -> list[str]:
     """Human-readable lines; accuracy only when measured or imported, else FILL IN."""
     acc = "FILL IN" if result.accuracy is None else f"{result.accuracy * 100:.2f}%"
-    lines = [f"GSM8K ({result.style or 'unknown'} scoring, {result.source})"]
+    task = "" if result.task in ("gsm8k", None) else f", task {result.task}"
+    filt = f", {result.settings['filter']}" if result.settings.get("filter") else ""
+    lines = [f"GSM8K ({result.style or 'unknown'} scoring{filt}, {result.source}{task})"]
     lines.append(f"  accuracy        {acc}   (correct {result.correct} / answered {result.n})")
     if result.ci_low is not None and result.ci_high is not None and result.se is not None:
         lines.append(f"  95% CI (Wilson) [{result.ci_low * 100:.2f}%, {result.ci_high * 100:.2f}%]   "
@@ -353,8 +409,9 @@ def format_result(result: EvalResult) -> list[str]:
     else:
         lines.append(f"  invalid         {result.invalid}" + (f" ({rate * 100:.1f}% of answered)" if rate is not None else ""))
     lines.append(f"  errors          {result.errors} of {result.num_questions} asked (not counted as wrong)")
-    if "accuracy_flexible" in result.extra and result.extra["accuracy_flexible"] is not None:
-        lines.append(f"  flexible-extract {result.extra['accuracy_flexible'] * 100:.2f}%")
+    for other, label in (("flexible", "flexible-extract"), ("strict", "strict-match")):
+        if result.extra.get(f"accuracy_{other}") is not None:
+            lines.append(f"  {label:<15} {result.extra[f'accuracy_{other}'] * 100:.2f}%")
     if result.records_path:
         lines.append(f"  records         {result.records_path}")
     return lines
@@ -373,9 +430,11 @@ def run_gsm8k(
     num_shots: int = 5,
     max_tokens: int = 256,
     concurrency: int = 8,
-    seed: int = 42,
+    seed: int | None = None,
     temperature: float = 0.0,
     style: str = "vllm",
+    fewshot_sampler: str | None = None,
+    fewshot_seed: int | None = None,
     records_path: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
@@ -391,12 +450,17 @@ def run_gsm8k(
     A server error on a question is recorded (``error`` set) and counted separately; accuracy is
     over answered questions. ``resume`` skips questions already answered in ``records_path``.
     ``timeout_s`` bounds each request (read; connect 10 s): a server that never answers fails within it.
+
+    ``fewshot_sampler`` (default: the style's own, :func:`default_sampler`) picks the exemplars;
+    ``fewshot_seed`` (default 1234, lm-eval's) seeds the ``lm-eval`` sampler and is refused with
+    ``first_n``. ``seed`` is the request seed (default 42 for vllm, 1234 for lm-eval: each tool's own).
     """
     from quantrack.measure.client import check_timeout, http_timeout
 
     check_timeout(timeout_s)
     if style not in STYLES:
         raise unknown("style", style, STYLES)
+    sampler, shot_seed, seed = _sampling(style, fewshot_sampler, fewshot_seed, seed)
     if not 1 <= num_questions <= FULL_TEST_SIZE:
         raise BadInput(f"--num-questions {num_questions}: must be 1..{FULL_TEST_SIZE}")
     if num_shots < 0:
@@ -409,13 +473,15 @@ def run_gsm8k(
         raise BadInput(f"--temperature {temperature}: must be >= 0")
     url = normalize_base_url(base_url)
     data = load_data(num_shots, Path(data_dir) if data_dir is not None else None)
-    fewshot = build_fewshot(data.shots)
+    shot_ids = fewshot_ids(sampler, num_questions=num_questions, num_shots=num_shots, pool_size=len(data.train),
+                           seed=shot_seed if shot_seed is not None else LM_EVAL_FEWSHOT_SEED)
 
     settings: dict[str, Any] = {
         "task": "gsm8k", "style": style, "num_shots": num_shots, "max_tokens": max_tokens,
         "temperature": temperature, "seed": seed, "data_sha256": data.test_sha256,
         "num_questions": num_questions, "concurrency": concurrency, "base_url": url, "engine": engine,
         "model": model, "data": data.source, "endpoint": "/v1/completions", "stop": stop_strings(style),
+        "fewshot_sampler": sampler, "fewshot_seed": shot_seed,
     }
 
     path = Path(records_path) if records_path is not None else None
@@ -427,7 +493,8 @@ def run_gsm8k(
         elif path.exists() and not overwrite:
             raise BadInput(f"--output {path} exists: pass --resume to continue it, or choose another --output")
 
-    prompts = {i: build_prompt(fewshot, data.test[i]["question"]) for i in range(num_questions)}
+    prompts = {i: build_prompt(build_fewshot([data.train[j] for j in shot_ids[i]]), data.test[i]["question"])
+               for i in range(num_questions)}
     # a finished record only counts if it was asked with this very prompt
     done = {qid: r for qid, r in done.items() if qid in prompts and r.prompt_sha256 == prompt_sha256(prompts[qid])}
     todo = [i for i in range(num_questions) if i not in done]
@@ -444,14 +511,28 @@ def run_gsm8k(
         writer = RecordWriter(path, resume=resume) if path is not None else None
         records: dict[int, QuestionRecord] = dict(done)
         try:
-            _ask_all(client, todo, prompts, data, style=style, max_tokens=max_tokens, temperature=temperature,
-                     seed=seed, model=model, concurrency=concurrency, writer=writer, records=records,
-                     progress=progress, already=len(done), total=num_questions)
+            _ask_all(client, todo, prompts, shot_ids, data, style=style, max_tokens=max_tokens,
+                     temperature=temperature, seed=seed, model=model, concurrency=concurrency, writer=writer,
+                     records=records, progress=progress, already=len(done), total=num_questions)
         finally:
             if writer is not None:
                 writer.close()
     return result_from_records(records, num_questions=num_questions, style=style,
                                records_path=str(path) if path else None, settings=settings)
+
+
+def _sampling(style: str, fewshot_sampler: str | None, fewshot_seed: int | None, seed: int | None
+              ) -> tuple[str, int | None, int]:
+    """(sampler, its seed or None for first_n, request seed): each defaults to the style's own tool."""
+    sampler = default_sampler(style) if fewshot_sampler is None else fewshot_sampler
+    if sampler not in SAMPLERS:
+        raise unknown("few-shot sampler", sampler, SAMPLERS)
+    if sampler == "first_n" and fewshot_seed is not None:
+        raise BadInput("--fewshot-seed applies to --fewshot-sampler lm-eval only (first_n draws nothing)")
+    shot_seed = (LM_EVAL_FEWSHOT_SEED if fewshot_seed is None else fewshot_seed) if sampler == "lm-eval" else None
+    if seed is None:
+        seed = VLLM_REQUEST_SEED if style == "vllm" else LM_EVAL_REQUEST_SEED
+    return sampler, shot_seed, seed
 
 
 def _served_model(client: Any, url: str) -> str | None:
@@ -475,8 +556,8 @@ def _served_model(client: Any, url: str) -> str | None:
         raise EngineError(f"{url}/v1/models did not return an OpenAI model list; pass --model") from None
 
 
-def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], data: Gsm8kData, *, style: str,
-             max_tokens: int, temperature: float, seed: int, model: str | None, concurrency: int,
+def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: list[list[int]], data: Gsm8kData, *,
+             style: str, max_tokens: int, temperature: float, seed: int, model: str | None, concurrency: int,
              writer: RecordWriter | None, records: dict[int, QuestionRecord], progress: ProgressFn | None,
              already: int, total: int) -> None:
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -488,7 +569,7 @@ def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], data: Gsm8kD
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gsm8k")
     try:
         futures = [
-            pool.submit(_ask_one, client, qid, prompts[qid], data.test[qid]["answer"], style=style,
+            pool.submit(_ask_one, client, qid, prompts[qid], shot_ids[qid], data.test[qid]["answer"], style=style,
                         max_tokens=max_tokens, temperature=temperature, seed=seed, model=model)
             for qid in todo
         ]
@@ -506,7 +587,7 @@ def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], data: Gsm8kD
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _ask_one(client: Any, qid: int, prompt: str, gold_answer: str, *, style: str, max_tokens: int,
+def _ask_one(client: Any, qid: int, prompt: str, shots: list[int], gold_answer: str, *, style: str, max_tokens: int,
              temperature: float, seed: int, model: str | None) -> QuestionRecord:
     import httpx
 
@@ -523,11 +604,11 @@ def _ask_one(client: Any, qid: int, prompt: str, gold_answer: str, *, style: str
     except (httpx.HTTPError, ValueError, TypeError) as exc:
         return QuestionRecord(id=qid, prompt_sha256=sha, response=None, extracted=None, gold=None, correct=None,
                               error=f"{type(exc).__name__}: {_short(str(exc))}",
-                              latency_s=round(time.perf_counter() - t0, 4), style=style)
+                              latency_s=round(time.perf_counter() - t0, 4), style=style, fewshot_ids=list(shots))
     sc = score(style, text, gold_answer)
     return QuestionRecord(id=qid, prompt_sha256=sha, response=text, extracted=sc.extracted, gold=sc.gold,
                           correct=sc.correct, error=None, latency_s=round(latency, 4), prompt_tokens=pt,
-                          completion_tokens=ct, style=style, extra=dict(sc.extra))
+                          completion_tokens=ct, style=style, extra=dict(sc.extra), fewshot_ids=list(shots))
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -545,13 +626,17 @@ def raise_if_errors(result: EvalResult) -> None:
 
 __all__ = [
     "INVALID",
+    "LM_EVAL_FEWSHOT_SEED",
+    "SAMPLERS",
     "STOP_LM_EVAL",
     "STOP_VLLM",
     "EvalResult",
     "build_fewshot",
     "build_payload",
     "build_prompt",
+    "default_sampler",
     "extract_vllm",
+    "fewshot_ids",
     "format_result",
     "lm_eval_filter",
     "lm_eval_normalize",

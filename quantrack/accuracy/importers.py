@@ -9,12 +9,16 @@ and in the lm-evaluation-harness source cited below):
 * ``sglang``: ``python -m sglang.test.run_eval --eval-name gsm8k`` metrics JSON: ``score`` plus
   ``latency``/``output_throughput`` (``sglang@v0.5.23:python/sglang/test/run_eval.py:L265-L274``).
   It does not say how many questions were scored: pass ``num_questions`` for an interval.
-* ``lm-eval``: lm-evaluation-harness ``results_<date>.json`` (``results.gsm8k["exact_match,<filter>"]``,
-  ``n-samples.gsm8k.effective``; ``lm_eval/evaluator_utils.py:L157-L165``, ``lm_eval/result_schema.py``)
-  and, when ``--log_samples`` was on, ``samples_gsm8k_<date>.jsonl`` beside it, one line per
+* ``lm-eval``: lm-evaluation-harness ``results_<date>.json`` (``results.<task>["exact_match,<filter>"]``,
+  ``n-samples.<task>.effective``; ``lm_eval/evaluator_utils.py:L157-L165``, ``lm_eval/result_schema.py``)
+  and, when ``--log_samples`` was on, ``samples_<task>_<date>.jsonl`` beside it, one line per
   (question, filter) with ``doc_id``, ``prompt_hash``, ``resps``, ``filtered_resps``, ``filter``,
   ``exact_match`` (``lm_eval/evaluator.py:L644-L667``, ``lm_eval/loggers/evaluation_tracker.py:L344-L346``),
-  all at ``EleutherAI/lm-evaluation-harness@4e7e0d47f33bc71070c1d38394bafbb52b117163``. With samples
+  all at ``EleutherAI/lm-evaluation-harness@4e7e0d47f33bc71070c1d38394bafbb52b117163`` (and lm-eval
+  0.4.13 from PyPI, whose output the integration test imports). ``<task>`` is any GSM8K-family task:
+  ``gsm8k``, ``gsm8k_cot``, ``gsm8k_cot_llama``, a local copy such as ``gsm8k_local_firstn`` (a task
+  whose name or dataset mentions gsm8k); ``task_name`` picks one when the file holds several. Both
+  filters are kept: the chosen one is the accuracy, the other rides along (``extra``). With samples
   the import has per-question records, so a paired comparison is possible.
 
 Imported accuracy is labelled ``imported:<format>``; an interval is derived from the counts.
@@ -26,17 +30,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quantrack.accuracy.gsm8k import EvalResult, lm_eval_normalize, result_from_records
+from quantrack.accuracy.gsm8k import (
+    LM_EVAL_FALLBACK,
+    EvalResult,
+    lm_eval_normalize,
+    result_from_records,
+)
 from quantrack.accuracy.records import QuestionRecord, load_records
-from quantrack.errors import BadInput, unknown
+from quantrack.errors import BadInput, did_you_mean, unknown
 
 FORMATS = ("auto", "vllm", "sglang", "lm-eval")
 LM_EVAL_FILTERS = ("strict-match", "flexible-extract")
 
 
 def import_result(path: str | Path, fmt: str = "auto", *, num_questions: int | None = None,
-                  lm_eval_filter: str = "strict-match") -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
-    """Read another tool's GSM8K output: (result, per-question records or None)."""
+                  lm_eval_filter: str = "strict-match", task_name: str | None = None
+                  ) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
+    """Read another tool's GSM8K output: (result, per-question records or None).
+
+    ``task_name`` (lm-eval only): which GSM8K-family task of a results file to import; needed
+    only when the file holds several."""
     if fmt not in FORMATS:
         raise unknown("format", fmt, FORMATS)
     if lm_eval_filter not in LM_EVAL_FILTERS:
@@ -44,6 +57,8 @@ def import_result(path: str | Path, fmt: str = "auto", *, num_questions: int | N
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"file not found: {p}")
+    if task_name is not None and fmt not in ("auto", "lm-eval"):
+        raise BadInput(f"--task-name applies to lm-eval results, not --format {fmt}")
     if p.suffix == ".jsonl":
         if fmt not in ("auto", "lm-eval"):
             raise BadInput(f"{p}: a .jsonl file is lm-eval samples; --format {fmt} expects a JSON file")
@@ -51,14 +66,19 @@ def import_result(path: str | Path, fmt: str = "auto", *, num_questions: int | N
         res = result_from_records(records, num_questions=max(records) + 1 if records else 0, style="lm-eval",
                                   records_path=str(p), source="imported:lm-eval")
         res.settings = {"filter": lm_eval_filter}
+        task = _task_from_samples_name(p)
+        if task is not None:
+            res.task = task
         return res, records
     data = _load_json(p)
     kind = _detect(p, data) if fmt == "auto" else fmt
+    if task_name is not None and kind != "lm-eval":
+        raise BadInput(f"--task-name applies to lm-eval results; {p} is a {kind} file")
     if kind == "vllm":
         return _from_vllm(p, data), None
     if kind == "sglang":
         return _from_sglang(p, data, num_questions), None
-    return _from_lm_eval(p, data, lm_eval_filter)
+    return _from_lm_eval(p, data, lm_eval_filter, task_name)
 
 
 def _load_json(p: Path) -> dict[str, Any]:
@@ -136,31 +156,86 @@ def _from_sglang(p: Path, data: dict[str, Any], num_questions: int | None) -> Ev
                         settings=settings, p=p)
 
 
-def _lm_eval_task(p: Path, results: dict[str, Any]) -> str:
-    if "gsm8k" in results:
-        return "gsm8k"
-    raise BadInput(f"{p}: no 'gsm8k' task in results (found: {', '.join(sorted(results)) or 'none'})")
+def is_gsm8k_family(task: str, config: Any) -> bool:
+    """A GSM8K task or a copy of one: its name, or its dataset (path, name or data files), mentions gsm8k."""
+    if "gsm8k" in task.lower():
+        return True
+    if not isinstance(config, dict):
+        return False
+    dataset = [config.get("dataset_path"), config.get("dataset_name"), (config.get("dataset_kwargs") or {})]
+    return "gsm8k" in json.dumps(dataset, default=str).lower()
 
 
-def _from_lm_eval(p: Path, data: dict[str, Any], filt: str
+def _lm_eval_task(p: Path, data: dict[str, Any], task_name: str | None) -> str:
+    """The one GSM8K-family task of a results file (``task_name`` when several); groups are skipped."""
+    results: dict[str, Any] = data["results"]
+    configs = _obj(data, "configs")
+    groups = _obj(data, "group_subtasks")
+    found = sorted(results)
+    family = [t for t in found if is_gsm8k_family(t, configs.get(t)) and not groups.get(t)]
+    if task_name is not None:
+        if task_name not in results:
+            raise BadInput(f"--task-name {task_name!r}: not in {p.name}{did_you_mean(task_name, found)} "
+                           f"(found: {', '.join(found) or 'none'})")
+        if task_name not in family:
+            why = "a group" if groups.get(task_name) else "not a GSM8K task (neither its name nor its dataset says gsm8k)"
+            raise BadInput(f"--task-name {task_name!r}: {why}; GSM8K tasks in {p.name}: {', '.join(family) or 'none'}")
+        return task_name
+    if not family:
+        raise BadInput(f"{p}: no GSM8K task in results (found: {', '.join(found) or 'none'})")
+    if len(family) > 1:
+        raise BadInput(f"{p}: several GSM8K tasks in results ({', '.join(family)}); pass --task-name")
+    return family[0]
+
+
+def _obj(data: dict[str, Any], key: str) -> dict[str, Any]:
+    val = data.get(key)
+    return val if isinstance(val, dict) else {}
+
+
+def _other_filter(filt: str) -> str:
+    return next(f for f in LM_EVAL_FILTERS if f != filt)
+
+
+def _filter_key(filt: str) -> str:
+    """The suffix quantrack's records and results use for a filter: ``flexible`` / ``strict``."""
+    return filt.split("-", 1)[0]
+
+
+def _from_lm_eval(p: Path, data: dict[str, Any], filt: str, task_name: str | None = None
                   ) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
     results = data.get("results")
     if not isinstance(results, dict):
         raise BadInput(f"{p}: no 'results' object (not an lm-eval results file)")
-    task = _lm_eval_task(p, results)
+    task = _lm_eval_task(p, data, task_name)
     metrics = results[task]
+    if not isinstance(metrics, dict):
+        raise BadInput(f"{p}: results.{task} is not an object")
     key = f"exact_match,{filt}"
     if key not in metrics:
         raise BadInput(f"{p}: results.{task} has no {key!r} (found: {', '.join(sorted(metrics))})")
     acc = _number(p, metrics, key)
+    other = _other_filter(filt)
+    other_key = f"exact_match,{other}"
+    other_acc = _number(p, metrics, other_key) if other_key in metrics else None
     counts = (data.get("n-samples") or {}).get(task) or {}
     n = counts.get("effective") if isinstance(counts, dict) else None
-    settings: dict[str, Any] = {"filter": filt, "lm_eval_stderr": metrics.get(f"exact_match_stderr,{filt}"),
-                                "n-shot": (data.get("n-shot") or {}).get(task)}
+    settings: dict[str, Any] = {"filter": filt, "lm_eval_task": task,
+                                "lm_eval_stderr": metrics.get(f"exact_match_stderr,{filt}"),
+                                "n-shot": (data.get("n-shot") or {}).get(task),
+                                "lm_eval_version": data.get("lm_eval_version")}
+    config = _obj(data, "configs").get(task)
+    if isinstance(config, dict):
+        settings["fewshot_sampler"] = _obj(config, "fewshot_config").get("sampler") or "default"
+        settings["fewshot_seed"] = _obj(data, "config").get("fewshot_seed")
     samples = _find_samples(p, task)
     if samples is None:
-        return _from_counts(accuracy=acc, n=n if isinstance(n, int) else None, invalid=None,
-                            source="imported:lm-eval", style="lm-eval", settings=settings, p=p), None
+        res = _from_counts(accuracy=acc, n=n if isinstance(n, int) else None, invalid=None,
+                           source="imported:lm-eval", style="lm-eval", settings=settings, p=p)
+        res.task = task
+        if other_acc is not None:
+            res.extra[f"accuracy_{_filter_key(other)}"] = other_acc
+        return res, None
     records = _lm_eval_samples(samples, filt)
     if isinstance(n, int) and len(records) != n:  # a cut-down samples file (real case: tests/data/eval/real)
         raise BadInput(f"{samples}: {len(records)} questions for filter {filt!r} but {p.name} says n-samples "
@@ -168,9 +243,14 @@ def _from_lm_eval(p: Path, data: dict[str, Any], filt: str
                        "(move it away to import the accuracy alone)")
     res = result_from_records(records, num_questions=max(records) + 1 if records else 0, style="lm-eval",
                               records_path=str(samples), source="imported:lm-eval", settings=settings)
+    res.task = task
     if res.accuracy is None or abs(res.accuracy - acc) > 1e-9:
         raise BadInput(f"{samples}: per-question records give accuracy {res.accuracy} but {p.name} says {acc}; "
                        "the two files are from different runs")
+    other_rec = res.extra.get(f"accuracy_{_filter_key(other)}")
+    if other_acc is not None and other_rec is not None and abs(other_rec - other_acc) > 1e-9:
+        raise BadInput(f"{samples}: per-question records give {other} accuracy {other_rec} but {p.name} says "
+                       f"{other_acc}; the two files are from different runs")
     return res, records
 
 
@@ -186,33 +266,68 @@ def _find_samples(results_path: Path, task: str) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
+def _task_from_samples_name(p: Path) -> str | None:
+    """``samples_<task>_<date>.jsonl`` -> ``<task>`` (lm_eval/loggers/evaluation_tracker.py:L344-L346)."""
+    stem = p.stem
+    if not stem.startswith("samples_") or stem.count("_") < 2:
+        return None
+    return stem.removeprefix("samples_").rsplit("_", 1)[0] or None
+
+
+def _sample_line(p: Path, no: int, line: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        raise BadInput(f"{p}:{no}: not valid JSON") from None
+    if not isinstance(row, dict) or "doc_id" not in row or "exact_match" not in row:
+        raise BadInput(f"{p}:{no}: not an lm-eval sample line (needs doc_id and exact_match)")
+    return row
+
+
+def _extracted(row: dict[str, Any]) -> Any:
+    filtered = row.get("filtered_resps") or [None]
+    extracted = filtered[0] if isinstance(filtered, list) else filtered
+    return None if extracted in (None, LM_EVAL_FALLBACK) else extracted
+
+
 def _lm_eval_samples(p: Path, filt: str) -> dict[int, QuestionRecord]:
-    """Per-question records from lm-eval's samples file, keeping the lines of one filter."""
+    """Per-question records from lm-eval's samples file: the lines of ``filt`` are the record, the
+    other filter's verdict is kept in ``extra`` (``extracted_<other>``, ``correct_<other>``)."""
     out: dict[int, QuestionRecord] = {}
+    others: dict[int, dict[str, Any]] = {}
+    other = _other_filter(filt)
     for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise BadInput(f"{p}:{no}: not valid JSON") from None
-        if not isinstance(row, dict) or "doc_id" not in row or "exact_match" not in row:
-            raise BadInput(f"{p}:{no}: not an lm-eval sample line (needs doc_id and exact_match)")
-        if row.get("filter", filt) != filt:
+        row = _sample_line(p, no, line)
+        doc_id = int(row["doc_id"])
+        line_filter = row.get("filter", filt)
+        if line_filter == other:
+            others[doc_id] = row
             continue
-        filtered = row.get("filtered_resps") or [None]
-        extracted = filtered[0] if isinstance(filtered, list) else filtered
+        if line_filter != filt:
+            continue
         resps = row.get("resps") or [[None]]
         response = resps[0][0] if isinstance(resps, list) and resps and isinstance(resps[0], list) else None
         target = row.get("target")
-        out[int(row["doc_id"])] = QuestionRecord(
-            id=int(row["doc_id"]), prompt_sha256=row.get("prompt_hash"), response=response,
-            extracted=None if extracted in (None, "[invalid]") else extracted,
+        out[doc_id] = QuestionRecord(
+            id=doc_id, prompt_sha256=row.get("prompt_hash"), response=response, extracted=_extracted(row),
             gold=lm_eval_normalize(str(target)) if target is not None else None,
             correct=bool(float(row["exact_match"])), error=None, style="lm-eval",
         )
     if not out:
         raise BadInput(f"{p}: no sample lines for filter {filt!r}")
+    if others:
+        missing = sorted(set(out) ^ set(others))
+        if missing:
+            raise BadInput(f"{p}: doc {missing[0]} has a line for one filter but not the other "
+                           f"({len(missing)} such docs); the file is cut or mixed")
+        suffix = _filter_key(other)
+        for doc_id, rec in out.items():
+            row = others[doc_id]
+            if row.get("prompt_hash") != rec.prompt_sha256:
+                raise BadInput(f"{p}: doc {doc_id}: the {filt} and {other} lines have different prompt_hash")
+            rec.extra = {f"extracted_{suffix}": _extracted(row), f"correct_{suffix}": bool(float(row["exact_match"]))}
     return out
 
 

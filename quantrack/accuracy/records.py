@@ -19,7 +19,10 @@ from typing import IO, Any, Self
 from quantrack.errors import BadInput
 
 # Keys of the settings that must match for --resume to continue a file.
-RESUME_KEYS = ("task", "style", "num_shots", "max_tokens", "temperature", "seed", "data_sha256")
+RESUME_KEYS = ("task", "style", "num_shots", "max_tokens", "temperature", "seed", "data_sha256", "fewshot_sampler",
+               "fewshot_seed")
+# What a sidecar written before a key existed meant by its absence (exemplars were always train rows 0..k-1).
+LEGACY_META = {"fewshot_sampler": "first_n", "fewshot_seed": None}
 
 
 @dataclass
@@ -39,6 +42,7 @@ class QuestionRecord:
     completion_tokens: int | None = None
     style: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. lm-eval flexible-extract
+    fewshot_ids: list[int] | None = None  # train-split indices of the exemplars, in prompt order (None: unknown)
 
     @property
     def answered(self) -> bool:
@@ -52,6 +56,8 @@ class QuestionRecord:
         data = asdict(self)
         if not data["extra"]:
             del data["extra"]
+        if data["fewshot_ids"] is None:
+            del data["fewshot_ids"]
         return json.dumps(data, ensure_ascii=False)
 
     @classmethod
@@ -66,6 +72,10 @@ class QuestionRecord:
             raise BadInput(f"{where}: record id must be an integer, got {rec.id!r}")
         if rec.correct is not None and not isinstance(rec.correct, bool):
             raise BadInput(f"{where}: 'correct' must be true, false or null, got {rec.correct!r}")
+        ids = rec.fewshot_ids
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                                   for i in ids)):
+            raise BadInput(f"{where}: 'fewshot_ids' must be a list of integers, got {ids!r}")
         return rec
 
 
@@ -119,8 +129,9 @@ def check_resume_meta(records_path: Path, settings: dict[str, Any]) -> None:
         raise BadInput(f"--resume: {meta_path(records_path)} is missing, so the settings of {records_path} "
                        "are unknown; start a new --output")
     for key in RESUME_KEYS:
-        if old.get(key) != settings.get(key):
-            raise BadInput(f"--resume: {records_path} was written with {key}={old.get(key)!r}, this run has "
+        was = old.get(key, LEGACY_META.get(key))
+        if was != settings.get(key):
+            raise BadInput(f"--resume: {records_path} was written with {key}={was!r}, this run has "
                            f"{key}={settings.get(key)!r}; use the same settings or a new --output")
 
 

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "log": ("quantrack.cli.log", "log", "Record results measured elsewhere as an MLflow arm run."),
     "compare": ("quantrack.cli.compare", "compare", "The study table from the tracking store (FILL IN where unmeasured)."),
     "audit": ("quantrack.cli.audit", "audit", "Find fleet nodes that silently fell back to a slower kernel."),
+    "report": ("quantrack.cli.report", "report", "The decision: which arm to deploy under your SLOs and accuracy budget."),
     "sync": ("quantrack.cli.sync", "sync", "Upload runs spooled locally while the tracking server was unreachable."),
     "probe": ("quantrack.cli.probe", "probe", "Time bf16 vs FP8 GEMMs on this node's GPU (needs quantrack[probe])."),
     "export": ("quantrack.cli.export", "export", "Export a study for other tools (SkyPilot task YAML)."),

@@ -54,12 +54,19 @@ def _progress(done: int, total: int, errors: int) -> None:
 @click.option("--base-url", default=None, metavar="URL", help="The running server, e.g. http://127.0.0.1:8000.")
 @setting_option(EvalSpec, "task", default="gsm8k", help="Accuracy task.")
 @setting_option(EvalSpec, "num_questions")
-@setting_option(EvalSpec, "num_shots")
+@setting_option(EvalSpec, "num_shots", help="Few-shot exemplars from the train split.")
 @setting_option(EvalSpec, "max_tokens")
 @click.option("--temperature", default=0.0, show_default=True, type=float)
-@setting_option(EvalSpec, "seed")
+@setting_option(EvalSpec, "seed", default=None,
+                help="Request seed [default: 42 with --style vllm, 1234 with --style lm-eval, each tool's own].")
 @setting_option(EvalSpec, "concurrency")
-@setting_option(EvalSpec, "style")
+@setting_option(EvalSpec, "style", help="vllm: vLLM gsm8k_eval.py (first five train examples, last integer); "
+                "lm-eval: lm-evaluation-harness gsm8k (its seeded exemplar draws, strict/flexible match).")
+@click.option("--fewshot-sampler", type=click.Choice(["first_n", "lm-eval"]), default=None,
+              help="Exemplars: first_n = train rows 0..k-1 (vLLM gsm8k_eval.py, lm-eval first_n); lm-eval = "
+                   "lm-eval's default sampler, k random train rows per question [default: the --style's own].")
+@click.option("--fewshot-seed", type=int, default=None,
+              help="Seed of the lm-eval sampler [default: 1234, lm-eval's fewshot seed].")
 @click.option("--model", default=None, help="Model name for the request (default: first of /v1/models).")
 @click.option("--output", "output", default="records.jsonl", show_default=True, type=click.Path(dir_okay=False),
               help="Per-question records, written as answers arrive.")
@@ -75,13 +82,15 @@ def _progress(done: int, total: int, errors: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, task: str, num_questions: int,
-               num_shots: int, max_tokens: int, temperature: float, seed: int, concurrency: int, style: str,
-               model: str | None, output: str, resume: bool, overwrite: bool, data_dir: str | None,
-               api_key: str | None, timeout: float, allow_errors: bool, as_json: bool) -> None:
+               num_shots: int, max_tokens: int, temperature: float, seed: int | None, concurrency: int, style: str,
+               fewshot_sampler: str | None, fewshot_seed: int | None, model: str | None, output: str, resume: bool,
+               overwrite: bool, data_dir: str | None, api_key: str | None, timeout: float, allow_errors: bool,
+               as_json: bool) -> None:
     """Accuracy of one arm: GSM8K 5-shot against a running OpenAI-compatible server.
 
-    Prompt, stop strings and scoring follow vLLM's tests/evals/gsm8k/gsm8k_eval.py, so the number
-    compares with vLLM's CI; --style lm-eval scores like lm-evaluation-harness's gsm8k task.
+    --style vllm (default) follows vLLM's tests/evals/gsm8k/gsm8k_eval.py (first five train examples,
+    last-integer scoring), so the number compares with vLLM's CI; --style lm-eval follows
+    lm-evaluation-harness's gsm8k task (its seeded exemplar draws, stop strings, strict/flexible match).
     Sub-commands: compare (paired test of two runs), import (other tools' results), kl.
     """
     if ctx.invoked_subcommand is not None:
@@ -104,8 +113,9 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
     check_writable(output, "--output")
     result = run_gsm8k(base_url, num_questions=num_questions, num_shots=num_shots, max_tokens=max_tokens,
                        concurrency=concurrency, seed=seed, temperature=temperature, style=style,
-                       records_path=output, resume=resume, overwrite=overwrite, api_key=api_key, model=model,
-                       data_dir=data_dir, engine=engine, progress=_progress, timeout_s=timeout)
+                       fewshot_sampler=fewshot_sampler, fewshot_seed=fewshot_seed, records_path=output, resume=resume,
+                       overwrite=overwrite, api_key=api_key, model=model, data_dir=data_dir, engine=engine,
+                       progress=_progress, timeout_s=timeout)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -142,18 +152,23 @@ def compare(base: str, arm: str, fmt: str) -> None:
               show_default=True)
 @click.option("--filter", "lm_eval_filter", type=click.Choice(["strict-match", "flexible-extract"]),
               default="strict-match", show_default=True, help="lm-eval metric filter to import.")
+@click.option("--task-name", default=None,
+              help="lm-eval task to import when the results file holds several GSM8K tasks "
+                   "(gsm8k, gsm8k_cot, gsm8k_cot_llama, a local copy ...).")
 @click.option("--num-questions", type=int, default=None,
               help="Questions scored, for sources that do not record it (SGLang run_eval).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Write the result (with per-question records when the source has them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def import_cmd(file: str, fmt: str, lm_eval_filter: str, num_questions: int | None, out: str | None,
-               as_json: bool) -> None:
-    """Read GSM8K results from vLLM gsm8k_eval.py --save-results, SGLang run_eval or lm-eval."""
+def import_cmd(file: str, fmt: str, lm_eval_filter: str, task_name: str | None, num_questions: int | None,
+               out: str | None, as_json: bool) -> None:
+    """Read GSM8K results from vLLM gsm8k_eval.py --save-results, SGLang run_eval or lm-eval (any GSM8K task;
+    both filters are kept, --filter picks the headline one)."""
     from quantrack.accuracy.gsm8k import format_result
     from quantrack.accuracy.importers import import_result, result_json
 
-    result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter)
+    result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter,
+                                    task_name=task_name)
     if out:
         from quantrack.tracking import atomic_write_text
 

@@ -37,7 +37,8 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
 
         if engine or model:
             raise BadInput("give either STUDY.toml or --engine/--model, not both")
-        srv = server_for_study(load_study(study_file), arm_name, log_path=log_path)
+        study = _resolved_for_arm(load_study(study_file), arm_name)
+        srv = server_for_study(study, arm_name, log_path=log_path)
     else:
         if not engine or not model:
             raise BadInput("without STUDY.toml, --engine and --model are required")
@@ -75,6 +76,42 @@ def exposure_warning(host: str, argv: list[str] | tuple[str, ...], subject: str 
         return f"{subject} {host}: the engine is reachable from the network (protected by its --api-key only)"
     return (f"{subject} {host} exposes an unauthenticated engine to every machine that can reach this one; "
             "bind 127.0.0.1 (the default) or give the engine an --api-key")
+
+
+def _resolved_for_arm(study, arm_name: str):  # type: ignore[no-untyped-def]
+    """The study with the served arm's model references (smollm2:F16) replaced by local files, like `run`.
+
+    Only this arm (and the study's [model]) is provisioned; an unknown arm is left for server_for_study
+    to refuse. Provisioning progress goes to stderr, so --dry-run's stdout stays the command."""
+    from dataclasses import replace
+
+    from quantrack.models_ref import is_ref, resolve
+
+    arm = next((a for a in study.arms if a.name == arm_name), None)
+    if arm is None:
+        return study
+
+    notes: set[str] = set()
+
+    def local(value: str | None) -> str | None:
+        if not is_ref(value):
+            return value
+        assert value is not None
+        found = resolve(value, progress=lambda msg: click.echo(msg, err=True))
+        if found.note and found.note not in notes:
+            notes.add(found.note)
+            click.echo(found.note, err=True)
+        return str(found.path)
+
+    # what the engine serves: the arm's own model, else the study's (lifecycle.launch_spec_for_study)
+    if arm.model:
+        arms = tuple(replace(a, model=local(a.model)) if a.name == arm_name else a for a in study.arms)
+        return replace(study, arms=arms)
+    model = study.model
+    for key in ("path", "gguf"):
+        if getattr(model, key):
+            return replace(study, model=replace(model, **{key: local(getattr(model, key))}))
+    return study
 
 
 def _arm(engine: str, spec: str):  # type: ignore[no-untyped-def]

@@ -203,6 +203,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("audit-missing-logs", ["audit", "--logs", "{missing}"], "missing"),
     ("audit-bogus-tracking", ["audit", "--experiment", "x", "--tracking-uri", "bogus://x"], "bogus"),
     ("sync-bogus-tracking", ["sync", "--tracking-uri", "bogus://x"], "bogus"),
+    # report
+    ("report-bogus-tracking", ["report", "--experiment", "x", "--tracking-uri", "bogus://x"], "bogus"),
+    ("report-bad-slo", ["report", "--experiment", "x", "--slo", "tpot<=fast"], "--slo"),
+    ("report-binary-study", ["report", "--experiment", "x", "--study", "{bin}"], "TOML"),
+    ("report-binary-prices", ["report", "--experiment", "x", "--prices", "{bin}"], "bin"),
+    ("report-out-nodir", ["report", "--experiment", "x", "--out", "{nodir}"], "--out"),
     # probe / export
     ("probe-batch-str", ["probe", "--batch", "abc"], "batch"),
     ("probe-unknown-model", ["probe", "--model", "Llama-3-9B"], "Llama-3-9B"),

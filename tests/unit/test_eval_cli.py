@@ -239,3 +239,54 @@ def test_import_sglang_prints_fill_in_free_summary(invoke: Invoke, tmp_path: Pat
 def test_import_missing_file(invoke: Invoke) -> None:
     code, _, err = invoke("eval", "import", "/nonexistent/x.json")
     assert code == 2 and err == "quantrack: error: file not found: /nonexistent/x.json"
+
+
+def test_lm_eval_style_sends_lm_evals_request_and_keeps_exemplar_ids(invoke: Invoke, stub_server: Server,
+                                                                      tmp_path: Path) -> None:
+    from quantrack.accuracy.gsm8k import build_fewshot, build_prompt, fewshot_ids
+
+    url, seen, _ = stub_server
+    out = tmp_path / "r.jsonl"
+    code, _, err = invoke("eval", "--base-url", url, "--num-questions", "2", "--style", "lm-eval", "--output", str(out),
+                          "--concurrency", "1")
+    assert code == 0, err
+    data = load_data(5)
+    ids = fewshot_ids("lm-eval", num_questions=2, num_shots=5, pool_size=7473)
+    want = [build_prompt(build_fewshot([data.train[j] for j in ids[i]]), data.test[i]["question"]) for i in range(2)]
+    assert [r["prompt"] for r in seen] == want  # concurrency 1: asked in test order
+    assert seen[0]["stop"] == ["Question:", "</s>", "<|im_end|>"] and seen[0]["seed"] == 1234
+    recs = {json.loads(x)["id"]: json.loads(x) for x in out.read_text().splitlines()}
+    assert [recs[i]["fewshot_ids"] for i in range(2)] == ids
+    meta = json.loads(out.with_name(out.name + ".meta.json").read_text())
+    assert (meta["fewshot_sampler"], meta["fewshot_seed"], meta["seed"]) == ("lm-eval", 1234, 1234)
+
+
+def test_fewshot_sampler_first_n_with_lm_eval_style(invoke: Invoke, stub_server: Server, tmp_path: Path) -> None:
+    url, seen, _ = stub_server
+    out = tmp_path / "r.jsonl"
+    code, _, err = invoke("eval", "--base-url", url, "--num-questions", "1", "--style", "lm-eval",
+                          "--fewshot-sampler", "first_n", "--output", str(out))
+    assert code == 0, err
+    from quantrack.accuracy.gsm8k import build_fewshot, build_prompt
+
+    data = load_data(5)
+    assert seen[0]["prompt"] == build_prompt(build_fewshot(data.shots), data.test[0]["question"])
+    assert json.loads(out.read_text())["fewshot_ids"] == [0, 1, 2, 3, 4]
+
+
+def test_fewshot_seed_with_first_n_is_refused(invoke: Invoke, tmp_path: Path) -> None:
+    code, _, err = invoke("eval", "--base-url", "http://127.0.0.1:9", "--fewshot-seed", "7",
+                          "--output", str(tmp_path / "r.jsonl"))
+    assert code == 2
+    assert err == "quantrack: error: --fewshot-seed applies to --fewshot-sampler lm-eval only (first_n draws nothing)"
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_import_task_name_option(invoke: Invoke, tmp_path: Path) -> None:
+    code, stdout, _ = invoke("eval", "import", str(next((DATA / "lm-eval").glob("results_*.json"))),
+                             "--task-name", "gsm8k")
+    assert code == 0 and "GSM8K (lm-eval scoring, strict-match, imported:lm-eval)" in stdout
+    assert "flexible-extract 50.00%" in stdout
+    code, _, err = invoke("eval", "import", str(next((DATA / "lm-eval").glob("results_*.json"))),
+                          "--task-name", "gsm8k_cot")
+    assert code == 2 and err.startswith("quantrack: error: --task-name 'gsm8k_cot': not in results_")

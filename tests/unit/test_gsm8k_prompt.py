@@ -22,15 +22,17 @@ def test_shipped_test_split_is_byte_identical_to_upstream() -> None:
     assert hashlib.sha256(shipped).hexdigest() == gsm8k.TEST_SHA256
 
 
-def test_fewshot_file_is_first_five_train_lines(shared_data: Path) -> None:
-    train_head = (shared_data / "gsm8k" / "train.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:5]
-    assert (SHIPPED / "fewshot.jsonl").read_text(encoding="utf-8") == "".join(train_head)
+def test_shipped_train_split_is_byte_identical_to_upstream(shared_data: Path) -> None:
+    # the whole split: lm-eval's sampler draws exemplars from all 7,473 rows
+    shipped = (SHIPPED / "train.jsonl").read_bytes()
+    assert shipped == (shared_data / "gsm8k" / "train.jsonl").read_bytes()
+    assert hashlib.sha256(shipped).hexdigest() == gsm8k.TRAIN_SHA256
 
 
 def test_sha256sums_file_matches_shipped_files() -> None:
     lines = (SHIPPED / "SHA256SUMS").read_text().split("\n")
     entries = dict(reversed(line.split("  ", 1)) for line in lines if line.strip())
-    assert set(entries) == {"test.jsonl", "fewshot.jsonl", "LICENSE"}
+    assert set(entries) == {"test.jsonl", "train.jsonl", "LICENSE"}
     for name, digest in entries.items():
         assert hashlib.sha256((SHIPPED / name).read_bytes()).hexdigest() == digest
     assert "MIT License" in (SHIPPED / "LICENSE").read_text()
@@ -55,9 +57,23 @@ def test_prompt_hash_is_lm_eval_prompt_hash() -> None:
     assert gsm8k.prompt_sha256("Question: x\nAnswer:") == hashlib.sha256(b"Question: x\nAnswer:").hexdigest()
 
 
-def test_more_shots_than_shipped_needs_data_dir() -> None:
-    with pytest.raises(BadInput, match=r"^--num-shots 8: only 5 exemplars ship with quantrack; pass --data-dir"):
-        gsm8k.load_data(8)
+def test_shipped_data_gives_any_number_of_shots() -> None:
+    data = gsm8k.load_data(8)
+    assert len(data.train) == 7473 and len(data.shots) == 8 and data.shots == data.train[:8]
+    with pytest.raises(BadInput, match=r"^--num-shots 7474: the train split has only 7473 examples$"):
+        gsm8k.load_data(7474)
+
+
+def test_damaged_shipped_file_is_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import quantrack.resources
+
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "test.jsonl").write_bytes((SHIPPED / "test.jsonl").read_bytes())
+    (tmp_path / "gsm8k" / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    monkeypatch.setattr(quantrack.resources, "data_dir", lambda: tmp_path)
+    with pytest.raises(BadInput, match=r"^shipped GSM8K train.jsonl is damaged \(sha256 [0-9a-f]{12}\.\.\., "
+                                       r"expected 17f347dc5147\.\.\.\); reinstall quantrack or pass --data-dir$"):
+        gsm8k.load_data(5)
 
 
 def test_data_dir_is_hash_checked(tmp_path: Path, shared_data: Path) -> None:
@@ -69,8 +85,38 @@ def test_data_dir_is_hash_checked(tmp_path: Path, shared_data: Path) -> None:
 
 def test_full_data_dir_gives_more_shots(shared_data: Path) -> None:
     data = gsm8k.load_data(8, shared_data / "gsm8k")
-    assert len(data.shots) == 8
-    assert data.shots[:5] == [json.loads(x) for x in (SHIPPED / "fewshot.jsonl").read_text().splitlines()]
+    assert len(data.shots) == 8 and data.source == str(shared_data / "gsm8k")
+    head = (SHIPPED / "train.jsonl").read_text().splitlines()[:8]
+    assert data.shots == [json.loads(x) for x in head]
+
+
+def test_first_n_exemplars_are_train_rows_in_order() -> None:
+    # vLLM gsm8k_eval.py range(num_shots); lm-eval FirstNSampler pool[:n]
+    assert gsm8k.fewshot_ids("first_n", num_questions=3, num_shots=5, pool_size=7473) == [[0, 1, 2, 3, 4]] * 3
+    assert gsm8k.fewshot_ids("lm-eval", num_questions=2, num_shots=0, pool_size=7473) == [[], []]
+
+
+def test_lm_eval_sampler_is_one_seeded_stream_over_questions() -> None:
+    import random
+
+    ids = gsm8k.fewshot_ids("lm-eval", num_questions=1319, num_shots=5, pool_size=7473)
+    rnd = random.Random(1234)  # what lm-eval does: one Random(fewshot seed), rnd.sample(train, 5) per document
+    assert ids == [rnd.sample(range(7473), 5) for _ in range(1319)]
+    assert all(len(set(x)) == 5 and all(0 <= i < 7473 for i in x) for x in ids)
+    # the first N questions draw the same exemplars as the first N of a full run (lm-eval --limit N)
+    assert gsm8k.fewshot_ids("lm-eval", num_questions=5, num_shots=5, pool_size=7473) == ids[:5]
+    assert ids[0] != [0, 1, 2, 3, 4] and len({tuple(x) for x in ids}) == 1319
+    other = gsm8k.fewshot_ids("lm-eval", num_questions=5, num_shots=5, pool_size=7473, seed=7)
+    assert other != ids[:5]
+
+
+def test_unknown_sampler_lists_choices() -> None:
+    with pytest.raises(BadInput, match=r"^unknown few-shot sampler .random."):
+        gsm8k.fewshot_ids("random", num_questions=1, num_shots=5, pool_size=10)
+
+
+def test_default_sampler_follows_the_style() -> None:
+    assert gsm8k.default_sampler("vllm") == "first_n" and gsm8k.default_sampler("lm-eval") == "lm-eval"
 
 
 def test_payload_vllm_style() -> None:
