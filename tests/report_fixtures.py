@@ -117,7 +117,8 @@ def build_store(uri: str, gpus: tuple[str, ...] = (GPU,)) -> dict[str, str]:
                    "does not have native support for FP8 computation")
         kv8 = _arm("fp8-kv", p.uuid, kv=868_000, tps={1: 265 * scale, 16: 2670 * scale, 64: 4500 * scale},
                    tpot={1: 3.5, 16: 5.1, 64: 12.6}, gpu=gpu)
-        kv8.tag("quantrack.contention", "host load 7.2 on 2 cores")
+        kv8.tag("quantrack.latency_contention", "yes")  # as quantrack.measure.hygiene tags it
+        kv8.tag("quantrack.latency_contention_reasons", "host load 7.2 on 2 cores")
         kv8.artifacts["sweep/sweep.json"] = json.dumps({"rows": [
             {"concurrency": c, "tpot_ms": {"p50": v, "p90": v * 1.1, "p99": v * 1.3, "mean": v},
              "ttft_ms": {"p50": 30.0 * c, "p90": 33.0 * c, "p99": 40.0 * c, "mean": 30.0 * c}}

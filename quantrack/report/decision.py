@@ -55,8 +55,6 @@ SLO_NAMES = tuple(f"{m}_{s}" for m in SLO_METRICS for s in SLO_STATS)
 _SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|≤)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*@\s*[cC]?(\d+)\s*$")
 _PP_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(pp|pts?|points?)\s*$", re.IGNORECASE)
 GSM8K_SIZE = 1319  # questions in the GSM8K test split (quantrack/data/gsm8k/test.jsonl)
-CONTENTION_TAG_PREFIX = "quantrack.contention"  # host-load flags, if the run recorded any
-CONTENTION_METRIC_PREFIXES = ("host_", "contention_")
 DECISION_KEYS = ("slo", "max_accuracy_drop", "max_kl", "prices")
 
 # verdicts, worst first
@@ -638,16 +636,22 @@ def _fallbacks(r: RunRow) -> list[str]:
 
 
 def contention_flags(r: RunRow) -> list[str] | None:
-    """Host-load flags the run recorded (tags quantrack.contention*, metrics host_* / contention_*); None when the
-    run recorded none of them (older runs): the report then says 'not recorded', never 'no contention'."""
-    tags = {k: v for k, v in r.tags.items() if k.startswith(CONTENTION_TAG_PREFIX)}
-    mets = {k: v for k, v in r.metrics.items() if k.startswith(CONTENTION_METRIC_PREFIXES)}
-    if not tags and not mets:
-        return None
-    out = [v if k == CONTENTION_TAG_PREFIX else f"{k[len(CONTENTION_TAG_PREFIX):].lstrip('.')}: {v}"
-           for k, v in sorted(tags.items()) if v not in ("", "no", "false", "none")]
-    out += [f"{k} = {v:g}" for k, v in sorted(mets.items())]
-    return out
+    """What the run's measurement hygiene recorded (quantrack.measure.hygiene: tags
+    ``quantrack.<step>_contention`` yes / no / unknown and ``…_reasons``): the reasons of each contended step;
+    [] when every sampled step was clean; None when the run recorded none (older runs, or sampling failed):
+    the report then says 'not recorded', never 'no contention'."""
+    from quantrack.report.compare import contention
+
+    out: list[str] = []
+    sampled = False
+    for step in ("latency", "sweep"):
+        state, why = contention(r, step)
+        if state == "yes":
+            sampled = True
+            out.append(f"{step}: {why}" if why else f"{step}: contended")
+        elif state == "no":
+            sampled = True
+    return out if sampled else None
 
 
 def _cost(r: RunRow, level: int | None, tps: Figure, prices: PriceTable) -> Figure:

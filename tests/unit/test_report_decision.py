@@ -107,7 +107,7 @@ def test_fill_in_accuracy_cannot_be_cleared(report) -> None:  # type: ignore[no-
     # the fastest arm, so the page says what would change the answer
     assert any(c.startswith("fp8-kv (1.10× fp8-good's throughput): GSM8K is FILL IN") for c in report.sections[0].changes)
     # contention recorded on this run only; the others say "not recorded", never "none"
-    assert a.contention == ["host load 7.2 on 2 cores"]
+    assert a.contention == ["latency: host load 7.2 on 2 cores"]
     assert _arms(report)["fp8"].contention is None
 
 
