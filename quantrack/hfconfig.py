@@ -27,6 +27,8 @@ def load_hf_config(path: str | Path) -> ModelShape:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"cannot read --config {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"--config {p}: not a text file (not UTF-8): expected a config.json") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -191,7 +191,12 @@ def _http_options() -> dict[str, Any]:
     if os.environ.get("MLFLOW_TRACKING_AUTH") or os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH"):
         raise _Unsupported("auth plugin / client certificate: mlflow's request code")
     headers = {"User-Agent": "quantrack"}
-    opts: dict[str, Any] = {"timeout": float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 120)}
+    import httpx
+
+    from quantrack.tracking import request_timeout_s
+
+    read = request_timeout_s()  # bounded: a server that accepts and never answers fails within it
+    opts: dict[str, Any] = {"timeout": httpx.Timeout(read, connect=min(read, 10.0))}
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
     token = os.environ.get("MLFLOW_TRACKING_TOKEN")
     if user and password:

@@ -65,6 +65,9 @@ class EngineSpec:
     host: str = setting(default="127.0.0.1", help="Address the server listens on.", nonempty=True)
     port: int = setting(default=0, help="Port the server listens on; 0 = pick a free port.", ge=0, le=65535)
     ready_timeout_s: float = setting(default=900.0, help="Seconds to wait for the server's /health.", gt=0, flag="--timeout")
+    request_timeout_s: float | None = setting(
+        default=None, help="Seconds one request to the engine may take, every step (connect: 10 s); "
+        "default: each step's own (latency 60, sweep 300, eval 600, kl 300).", gt=0)
     args: tuple[str, ...] = setting(default=(), help="Extra engine arguments, as a list of strings.")
     env: tuple[tuple[str, str], ...] = setting(default=(), help="Extra environment of the engine process.")
     binary: str | None = setting(default=None, help="The engine's executable (llama-server, python for vLLM).", nonempty=True)

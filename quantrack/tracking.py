@@ -16,12 +16,19 @@ It owns:
 
 The default store is ``sqlite:///mlruns/mlflow.db`` with artifacts in ``mlruns/artifacts`` (MLflow 3
 deprecates the file store). Every string that reaches a store or the spool is redacted first
-(``quantrack.redact``).
+(``quantrack.redact``), by name and by value (``quantrack.redact.known_secrets``).
+
+Files are written whole or not at all (:func:`atomic_write_text`: a temp file in the same folder, fsync,
+rename); a refusal of the OS (missing folder, full disk) is one line naming the path. The spool is private
+(folders 0700, files 0600); a spool entry whose write was interrupted is reported by ``sync``.
+Every HTTP call to a tracking server is bounded (:func:`request_timeout_s`; ``--timeout`` or
+``$MLFLOW_HTTP_REQUEST_TIMEOUT``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -39,7 +46,14 @@ from typing import Any
 
 from quantrack import __version__
 from quantrack.errors import BadInput, NotFound, QuantrackError
-from quantrack.redact import redact_mapping, redact_text
+from quantrack.redact import (
+    RedactingStream,
+    redact_mapping,
+    redact_text,
+    register_secret,
+    strip_credentials,
+    url_passwords,
+)
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_UUID = "quantrack.run_uuid"
@@ -58,6 +72,72 @@ class TrackingError(QuantrackError):
     """The tracking store refused or failed an operation (not a connectivity problem: those spool)."""
 
     exit_code = 1
+
+
+class DiskError(QuantrackError):
+    """The OS refused to write a file quantrack needed (full disk, read-only, I/O error): one line, the path."""
+
+    exit_code = 1
+
+
+# --- files: whole or not at all -----------------------------------------------------------------------------
+
+def _os_refusal(exc: OSError, path: str | Path, flag: str | None = None) -> QuantrackError:
+    """One line for an OS refusal naming the path: BadInput for the user's path, DiskError for the machine."""
+    where = f"{flag} {path}" if flag else str(path)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskError(f"no space left on device writing {where}")
+    if exc.errno in (errno.EIO, errno.EROFS):
+        return DiskError(f"cannot write {where}: {exc.strerror}")
+    if exc.errno == errno.ENOENT:
+        return BadInput(f"cannot write {where}: the folder {Path(path).parent} does not exist")
+    return BadInput(f"cannot write {where}: {exc.strerror or exc}")
+
+
+def check_writable(path: str | Path | None, flag: str) -> None:
+    """Refuse, before any work, an output path whose folder is missing or not writable (exit 2)."""
+    if path is None:
+        return
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise BadInput(f"{flag} {p}: is a folder, not a file")
+    if not parent.is_dir():
+        raise BadInput(f"{flag} {p}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInput(f"{flag} {p}: the folder {parent} is not writable")
+
+
+def atomic_write_text(path: str | Path, text: str, *, flag: str | None = None, mode: int | None = None,
+                      errors: str = "strict") -> Path:
+    """Write ``text`` to ``path`` whole or not at all: temp file beside it, fsync, rename.
+
+    A full disk leaves the old file (or none), never a truncated one, and raises one line naming the path.
+    ``mode`` sets the file's permissions (0o600 for the spool)."""
+    target = Path(path)
+    tmp: Path | None = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8", errors=errors, newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        else:  # mkstemp makes 0600; a plain output file gets the usual umask-derived mode
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise _os_refusal(exc, target, flag) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    return target
 
 
 def now_ms() -> int:
@@ -189,18 +269,73 @@ class RunRow:
 
 # --- URIs and stores ---------------------------------------------------------------------------------------
 
+# the store schemes MLflow's tracking registry accepts (mlflow.tracking._tracking_service.utils), with the
+# SQLAlchemy driver suffixes (postgresql+psycopg2://)
+URI_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks", "databricks-uc", "uc")
+
+
 def resolve_uri(uri: str | None = None) -> str:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the local SQLite store under ./mlruns."""
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the local SQLite store under ./mlruns.
+
+    An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed)."""
     chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    register_secret(*url_passwords(chosen))
+    shown = redact_text(chosen)
+    scheme = chosen.split("://", 1)[0].split("+", 1)[0].lower() if "://" in chosen else ""
+    if chosen.split(":", 1)[0] in ("databricks", "databricks-uc", "uc") and "://" not in chosen:
+        return chosen  # "databricks" / "databricks:profile": mlflow's own forms
+    if "://" not in chosen and not chosen.startswith("file:"):
+        raise BadInput(f"--tracking-uri {shown!r} is not a URI: use sqlite:///path/mlflow.db or "
+                       "http://host:port (an mlflow server)")
+    if chosen.startswith("file:"):
+        scheme = "file"
+    if scheme not in URI_SCHEMES:
+        raise BadInput(f"--tracking-uri {shown!r}: unknown scheme {scheme!r}; schemes: {', '.join(URI_SCHEMES)}")
+    if scheme in ("http", "https"):
+        import httpx
+
+        try:
+            host = httpx.URL(chosen).host
+        except (httpx.InvalidURL, ValueError, TypeError):
+            host = ""
+        if not host:
+            raise BadInput(f"--tracking-uri {shown!r} has no host: use http://host:port")
     if chosen.startswith("sqlite:///"):
         db = Path(chosen[len("sqlite:///"):])
-        db.parent.mkdir(parents=True, exist_ok=True)
-    elif chosen.startswith(("http://", "https://", "postgresql", "mysql", "databricks", "file:")) or "://" in chosen:
-        pass
-    else:
-        raise BadInput(f"--tracking-uri {chosen!r} is not a URI: use sqlite:///path/mlflow.db or "
-                       "http://host:port (an mlflow server)")
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"--tracking-uri {shown!r}: cannot create {db.parent}: {exc.strerror}") from None
     return chosen
+
+
+DEFAULT_REQUEST_TIMEOUT_S = 60.0  # per HTTP request to a tracking server (mlflow's own default: 120 s)
+
+
+def request_timeout_s() -> float:
+    """Seconds one HTTP request to a tracking server may take: ``$MLFLOW_HTTP_REQUEST_TIMEOUT`` (mlflow's
+    variable, which ``--timeout`` sets) else :data:`DEFAULT_REQUEST_TIMEOUT_S`."""
+    raw = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT")
+    if raw:
+        with contextlib.suppress(ValueError):
+            v = float(raw)
+            if math.isfinite(v) and v > 0:
+                return v
+    return DEFAULT_REQUEST_TIMEOUT_S
+
+
+def set_request_timeout(seconds: float | None, flag: str = "--timeout") -> None:
+    """Bound every tracking-server request of this process (mlflow's client and quantrack's REST reader)."""
+    if seconds is None:
+        return
+    from quantrack.measure.client import check_timeout
+
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = _env_seconds(check_timeout(seconds, flag))
+
+
+def _env_seconds(seconds: float) -> str:
+    """mlflow parses MLFLOW_HTTP_REQUEST_TIMEOUT as an int: whole seconds, rounded up, at least 1."""
+    return str(max(1, math.ceil(seconds)))
 
 
 def is_remote(uri: str) -> bool:
@@ -216,22 +351,26 @@ def artifact_root_for(uri: str) -> str | None:
 
 
 def server_reachable(uri: str, timeout: float = 3.0) -> bool:
-    """A shared tracking server answers /health (mlflow server's liveness endpoint)."""
+    """A shared tracking server answers /health (mlflow server's liveness endpoint) within ``timeout``."""
     if not is_remote(uri):
         return True
     import httpx
 
+    t = min(timeout, request_timeout_s())
     try:
-        r = httpx.get(uri.rstrip("/") + "/health", timeout=timeout)
+        r = httpx.get(uri.rstrip("/") + "/health", timeout=httpx.Timeout(t, connect=t))
         return r.status_code == 200
-    except httpx.HTTPError:
+    except (httpx.HTTPError, OSError, ValueError):
         return False
 
 
 @contextlib.contextmanager
 def _quick_http() -> Iterator[None]:
     """Fewer MLflow HTTP retries than its default (7, exponential back-off: minutes) so an outage spools fast."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR")}
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                                            "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    if saved["MLFLOW_HTTP_REQUEST_TIMEOUT"] is None:
+        os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = _env_seconds(request_timeout_s())
     if saved["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] is None:
         os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "3"
     if saved["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] is None:
@@ -302,6 +441,26 @@ def _is_connectivity_error(exc: BaseException) -> bool:
                                    "API request to", "503", "502", "504"))
 
 
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """The store's disk refused the write (full, read-only, I/O error): the record is spooled, not lost."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:  # mlflow/SQLAlchemy wrap the OSError or sqlite3 error
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _STORAGE_ERRNOS:
+            return True
+        text = str(cur).lower()
+        if any(s in text for s in ("database or disk is full", "no space left on device", "disk quota exceeded",
+                                   "attempt to write a readonly database", "read-only file system",
+                                   "disk i/o error")):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def find_run_by_uuid(client: Any, exp_id: str, run_uuid: str) -> Any | None:
     runs = client.search_runs([exp_id], filter_string=f"tags.`{TAG_UUID}` = '{run_uuid}'", max_results=5)
     return runs[0] if runs else None
@@ -337,10 +496,16 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
             client.log_artifacts(run_id, tmp)
     client.set_tag(run_id, TAG_COMPLETE, "true")
     if rec.status != "RUNNING":
-        # MLflow prints "View run ... at: URL" on stdout for a server store; stdout is the command's output
-        with contextlib.redirect_stdout(sys.stderr):
+        # MLflow prints "View run ... at: URL" on stdout for a server store; stdout is the command's output,
+        # and the URL may carry user:password
+        with contextlib.redirect_stdout(_redacted_stderr()):
             client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
     return str(run_id)
+
+
+def _redacted_stderr() -> Any:
+    err = sys.stderr
+    return err if isinstance(err, RedactingStream) else RedactingStream(err)
 
 
 def _materialize(rec: RunRecord, dest: Path, files_root: Path | None = None) -> None:
@@ -378,23 +543,58 @@ def spool_dir() -> Path:
     return Path(os.environ.get("QUANTRACK_SPOOL_DIR") or Path.home() / ".cache" / "quantrack" / "spool")
 
 
+_PRIVATE_DIR, _PRIVATE_FILE = 0o700, 0o600
+
+
+def _private_dir(path: Path) -> Path:
+    """mkdir -p with 0700 on the folders quantrack creates (the spool holds runs, params, engine logs)."""
+    path.mkdir(parents=True, exist_ok=True, mode=_PRIVATE_DIR)
+    with contextlib.suppress(OSError):
+        os.chmod(path, _PRIVATE_DIR)
+    return path
+
+
+def _make_private(tree: Path) -> None:
+    for p in [tree, *tree.rglob("*")]:
+        os.chmod(p, _PRIVATE_DIR if p.is_dir() else _PRIVATE_FILE)
+
+
 def spool_record(record: RunRecord, target_uri: str, reason: str) -> Path:
-    """Store a (redacted) record on local disk for ``quantrack sync``; returns its directory."""
+    """Store a (redacted) record on local disk for ``quantrack sync``; returns its directory.
+
+    Written to a hidden ``.<uuid>.tmp`` folder and renamed: an entry is complete or absent. A failed write
+    (full disk) removes its temp folder and raises one line naming the path; the folders are 0700 and the
+    files 0600."""
     rec = record.redacted()
     root = spool_dir()
     d = root / "pending" / rec.uuid
     tmp = root / "pending" / f".{rec.uuid}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    _materialize(rec, tmp / "artifacts")
-    data = rec.to_json()
-    data.update({"target_uri": target_uri, "spooled_at_ms": now_ms(), "reason": reason,
-                 "artifact_paths": sorted([*rec.artifacts, *rec.artifact_files])})
-    (tmp / "record.json").write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    if d.exists():
-        shutil.rmtree(d)
-    tmp.rename(d)  # atomic: a half-written spool entry is never picked up
+    try:
+        _private_dir(root)
+        _private_dir(root / "pending")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        _private_dir(tmp)
+        _materialize(rec, tmp / "artifacts")
+        data = rec.to_json()
+        # credentials are never written down: sync takes them from $MLFLOW_TRACKING_USERNAME/PASSWORD (mlflow's
+        # own variables) or from `sync --tracking-uri`
+        data.update({"target_uri": strip_credentials(target_uri), "spooled_at_ms": now_ms(), "reason": reason,
+                     "artifact_paths": sorted([*rec.artifacts, *rec.artifact_files])})
+        text = redact_text(json.dumps(data, indent=1, sort_keys=True), rec.secrets)
+        with open(tmp / "record.json", "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _make_private(tmp)
+        if d.exists():
+            shutil.rmtree(d)
+        tmp.rename(d)  # atomic: a half-written spool entry is never picked up
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        where = exc.filename or tmp
+        raise _os_refusal(exc, where).__class__(
+            f"could not spool run {rec.run_name!r} ({reason}): {_os_refusal(exc, where)}") from None
     return d
 
 
@@ -421,6 +621,16 @@ def pending_spool() -> list[Path]:
                    and (p / "record.json").is_file()), key=lambda p: p.name)
 
 
+def partial_spool() -> list[Path]:
+    """Spool entries whose write never finished (a ``.tmp`` folder, or a folder without record.json)."""
+    root = spool_dir() / "pending"
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and (p.name.startswith(".")
+                                                                 or not (p / "record.json").is_file())),
+                  key=lambda p: p.name)
+
+
 def _update_spooled_status(run_uuid: str, status: str, end_ms: int) -> bool:
     d = spool_dir() / "pending" / run_uuid
     f = d / "record.json"
@@ -428,16 +638,21 @@ def _update_spooled_status(run_uuid: str, status: str, end_ms: int) -> bool:
         return False
     data = json.loads(f.read_text(encoding="utf-8"))
     data["status"], data["end_ms"] = status, end_ms
-    f.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    atomic_write_text(f, json.dumps(data, indent=1, sort_keys=True), mode=_PRIVATE_FILE)
     return True
 
 
 def _spool_terminate(target_uri: str, experiment: str, run_uuid: str, status: str, end_ms: int) -> Path:
     ops = spool_dir() / "ops"
-    ops.mkdir(parents=True, exist_ok=True)
+    try:
+        _private_dir(spool_dir())
+        _private_dir(ops)
+    except OSError as exc:
+        raise _os_refusal(exc, ops) from None
     p = ops / f"{run_uuid}-terminate.json"
-    p.write_text(json.dumps({"op": "terminate", "target_uri": target_uri, "experiment": experiment,
-                             "uuid": run_uuid, "status": status, "end_ms": end_ms}), encoding="utf-8")
+    atomic_write_text(p, json.dumps({"op": "terminate", "target_uri": strip_credentials(target_uri),
+                                     "experiment": experiment,
+                                     "uuid": run_uuid, "status": status, "end_ms": end_ms}), mode=_PRIVATE_FILE)
     return p
 
 
@@ -453,6 +668,12 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
     """Upload spooled runs (parents before children); skip runs already complete on the server."""
     say = progress or (lambda _m: None)
     result = SyncResult()
+    if uri:
+        resolve_uri(uri)  # a bad --tracking-uri is refused even when the spool is empty
+    for d in partial_spool():  # never skipped in silence
+        why = (f"partial spool entry {d} (its write was interrupted: no complete record.json); "
+               "nothing to upload from it — inspect and delete it")
+        result.failed.append((d.name.strip(".").removesuffix(".tmp"), why))
     entries = []
     for d in pending_spool():
         try:
@@ -496,7 +717,7 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
             result.failed.append((rec.uuid, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
             continue
         done = spool_dir() / "synced" / d.name
-        done.parent.mkdir(parents=True, exist_ok=True)
+        _private_dir(done.parent)
         if done.exists():
             shutil.rmtree(done)
         d.rename(done)
@@ -524,7 +745,7 @@ def _apply_ops(uri: str | None, result: SyncResult, clients: dict[str, Any], say
                     result.failed.append((op["uuid"], "run to terminate not found on the server"))
                     continue
                 if run.info.status == "RUNNING":
-                    with contextlib.redirect_stdout(sys.stderr):
+                    with contextlib.redirect_stdout(_redacted_stderr()):
                         client.set_terminated(run.info.run_id, op["status"], end_time=op["end_ms"])
                 result.terminated.append(op["uuid"])
                 say(f"set {run.info.run_id} {op['status']}")
@@ -581,9 +802,14 @@ class Tracker:
         except QuantrackError:
             raise
         except Exception as exc:  # noqa: BLE001 - classified below: connectivity spools, the rest is one line
-            if is_remote(self.uri) and _is_connectivity_error(exc):
-                first = str(exc).splitlines()[0][:200] if str(exc) else ""
-                return self._spool(record, f"tracking server {self.uri} failed: {type(exc).__name__}: {first}")
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            if is_remote(self.uri):
+                # unreachable, or answering garbage / errors: the run is kept in the spool, never lost
+                return self._spool(record, f"tracking server {redact_text(self.uri)} failed: {type(exc).__name__}: "
+                                           f"{redact_text(first)}")
+            if _is_storage_error(exc):  # the store's disk is full or read-only: keep the run in the spool
+                return self._spool(record, f"tracking store {redact_text(self.uri)} could not write: "
+                                           f"{type(exc).__name__}: {redact_text(first)}")
             raise TrackingError(f"tracking store {self.uri} refused run {record.run_name!r}: "
                                 f"{str(exc).splitlines()[0][:300]}") from None
         self._on_server[record.uuid] = run_id
@@ -608,7 +834,7 @@ class Tracker:
                 raise ConnectionError("unreachable")
             with _quick_http():
                 client, _ = self._connect()
-                with contextlib.redirect_stdout(sys.stderr):
+                with contextlib.redirect_stdout(_redacted_stderr()):
                     client.set_terminated(logged.run_id, status, end_time=end)
         except Exception as exc:  # noqa: BLE001 - classified below
             if not (is_remote(self.uri) and _is_connectivity_error(exc)):
@@ -646,6 +872,17 @@ def load_runs(experiment: str, uri: str | None = None, *, role: str | None = "ar
     return rows if include_running else [r for r in rows if r.status != "RUNNING"]
 
 
+def _store_refusal(target: str, exc: BaseException) -> QuantrackError:
+    """One line for a store that failed a read: garbage answers are the URI's fault (exit 2)."""
+    text = redact_text(" ".join(str(exc).split()))[:300]
+    if "not in a valid JSON format" in text or isinstance(exc, (ValueError, UnicodeError)) and "JSON" in text:
+        return BadInput(f"--tracking-uri {redact_text(target)} answered something that is not an MLflow "
+                        "server's JSON (is it an mlflow server?)")
+    if is_remote(target) and _is_connectivity_error(exc):
+        return TrackingError(f"tracking server {redact_text(target)} failed: {type(exc).__name__}: {text[:200]}")
+    return TrackingError(f"tracking store {redact_text(target)} refused the read: {type(exc).__name__}: {text}")
+
+
 def _unknown_experiment(experiment: str, names: list[str], target: str) -> NotFound:
     from quantrack.errors import unknown
 
@@ -660,13 +897,19 @@ def _search_runs_mlflow(experiment: str, target: str, role: str | None) -> list[
     if is_remote(target) and not server_reachable(target):
         raise TrackingError(f"tracking server {target} is unreachable")
     mlflow.set_tracking_uri(target)
-    client = _client(target)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise _unknown_experiment(experiment, [e.name for e in client.search_experiments()], target)
-    filt = f"tags.`{TAG_ROLE}` = '{role}'" if role else ""
-    runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string=filt,
-                              output_format="list", order_by=["attributes.start_time DESC"])
+    try:
+        with _quick_http():
+            client = _client(target)
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                raise _unknown_experiment(experiment, [e.name for e in client.search_experiments()], target)
+            filt = f"tags.`{TAG_ROLE}` = '{role}'" if role else ""
+            runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string=filt,
+                                      output_format="list", order_by=["attributes.start_time DESC"])
+    except QuantrackError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - mlflow's errors become one line naming the store
+        raise _store_refusal(target, exc) from None
     return [RunRow(
         run_id=r.info.run_id, experiment_id=str(r.info.experiment_id), run_name=r.info.run_name or "",
         status=r.info.status, start_time=int(r.info.start_time or 0),

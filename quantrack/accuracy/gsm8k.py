@@ -443,16 +443,21 @@ def run_gsm8k(
     data_dir: str | Path | None = None,
     engine: str | None = None,
     progress: ProgressFn | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> EvalResult:
     """Ask the first ``num_questions`` GSM8K test questions, score them, write one record each.
 
     A server error on a question is recorded (``error`` set) and counted separately; accuracy is
     over answered questions. ``resume`` skips questions already answered in ``records_path``.
+    ``timeout_s`` bounds each request (read; connect 10 s): a server that never answers fails within it.
 
     ``fewshot_sampler`` (default: the style's own, :func:`default_sampler`) picks the exemplars;
     ``fewshot_seed`` (default 1234, lm-eval's) seeds the ``lm-eval`` sampler and is refused with
     ``first_n``. ``seed`` is the request seed (default 42 for vllm, 1234 for lm-eval: each tool's own).
     """
+    from quantrack.measure.client import check_timeout, http_timeout
+
+    check_timeout(timeout_s)
     if style not in STYLES:
         raise unknown("style", style, STYLES)
     sampler, shot_seed, seed = _sampling(style, fewshot_sampler, fewshot_seed, seed)
@@ -497,7 +502,7 @@ def run_gsm8k(
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S) as client:
+    with httpx.Client(base_url=url, headers=headers, timeout=http_timeout(timeout_s)) as client:
         if todo and model is None:
             model = _served_model(client, url)
         settings["model"] = model
@@ -537,7 +542,9 @@ def _served_model(client: Any, url: str) -> str | None:
     try:
         resp = client.get("/v1/models")
     except httpx.HTTPError as exc:
-        raise EngineError(f"cannot reach the server at {url}: {type(exc).__name__}: {exc}") from None
+        from quantrack.measure.client import describe_error
+
+        raise EngineError(f"cannot reach the server at {url}: {describe_error(exc)}") from None
     if resp.status_code in (401, 403):
         raise EngineError(f"{url}/v1/models answered HTTP {resp.status_code}: pass --api-key or set OPENAI_API_KEY")
     if resp.status_code != 200:

@@ -251,7 +251,9 @@ class _Server:
         import httpx
 
         self.role, self.url, self.engine = role, url, engine
-        self._http = httpx.Client(base_url=url, timeout=timeout_s)
+        from quantrack.measure.client import http_timeout
+
+        self._http = httpx.Client(base_url=url, timeout=http_timeout(timeout_s))
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         import httpx
@@ -259,7 +261,9 @@ class _Server:
         try:
             r = self._http.post(path, json=body)
         except httpx.HTTPError as exc:
-            raise EngineError(f"{self.role} server {self.url}{path}: {type(exc).__name__}: {exc}") from None
+            from quantrack.measure.client import describe_error
+
+            raise EngineError(f"{self.role} server {self.url}{path}: {describe_error(exc)}") from None
         if r.status_code != 200:
             raise EngineError(f"{self.role} server {self.url}{path}: HTTP {r.status_code}: "
                               f"{r.text[:200].strip()}")
@@ -320,6 +324,9 @@ def run_kl(baseline_url: str, candidate_url: str, engine: str, *, texts: Iterabl
         texts_label = texts_label or "GSM8K test (question + reference answer), file order"
     say = progress or (lambda _msg: None)
 
+    from quantrack.measure.client import check_timeout
+
+    timeout_s = check_timeout(timeout_s)
     base = _Server("baseline", base_url, engine, timeout_s)
     cand = _Server("candidate", cand_url, engine, timeout_s)
     groups: list[list[PositionStats]] = []

@@ -91,7 +91,10 @@ def load_records(path: Path) -> dict[int, QuestionRecord]:
     if not path.is_file():
         raise BadInput(f"records file not found: {path}")
     out: dict[int, QuestionRecord] = {}
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise BadInput(f"records file {path}: not a text file (not UTF-8): expected JSON lines") from None
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue

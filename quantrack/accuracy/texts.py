@@ -65,22 +65,25 @@ def load_texts(path: str | Path) -> list[TextPair]:
     if not p.is_file():
         raise BadInput(f"--texts: no such file: {p}")
     out: list[TextPair] = []
-    with p.open(encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"--texts {p}:{line_no}: not JSON ({exc.msg})") from None
-            if not isinstance(item, dict):
-                raise BadInput(f"--texts {p}:{line_no}: expected an object with prompt and continuation")
-            prompt, cont = item.get("prompt"), item.get("continuation")
-            if not isinstance(prompt, str) or not isinstance(cont, str):
-                raise BadInput(f"--texts {p}:{line_no}: needs string fields \"prompt\" and \"continuation\"")
-            if not cont:
-                raise BadInput(f"--texts {p}:{line_no}: empty continuation (nothing to score)")
-            out.append(TextPair(prompt=prompt, continuation=cont, source=f"{p.name}:{line_no}"))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"--texts {p}: not a text file (not UTF-8): expected JSON lines") from None
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"--texts {p}:{line_no}: not JSON ({exc.msg})") from None
+        if not isinstance(item, dict):
+            raise BadInput(f"--texts {p}:{line_no}: expected an object with prompt and continuation")
+        prompt, cont = item.get("prompt"), item.get("continuation")
+        if not isinstance(prompt, str) or not isinstance(cont, str):
+            raise BadInput(f"--texts {p}:{line_no}: needs string fields \"prompt\" and \"continuation\"")
+        if not cont:
+            raise BadInput(f"--texts {p}:{line_no}: empty continuation (nothing to score)")
+        out.append(TextPair(prompt=prompt, continuation=cont, source=f"{p.name}:{line_no}"))
     if not out:
         raise BadInput(f"--texts {p}: no texts in the file")
     return out

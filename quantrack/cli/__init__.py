@@ -7,7 +7,10 @@ Every ``QuantrackError`` becomes one line on stderr and its exit code.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -81,21 +84,85 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Console entry point: QuantrackError -> one line on stderr + its exit code."""
+    """Console entry point: every failure is one line on stderr and an exit code, never a traceback.
+
+    QuantrackError -> its message and exit code (2 = bad input); a usage error -> one line, exit 2;
+    a file the OS refuses (missing folder, full disk, permissions) -> one line naming the path; anything
+    else is a bug, still one line (exit 1; ``QUANTRACK_DEBUG=1`` shows the traceback). stdout and stderr
+    are wrapped so that no known secret value is ever printed (``quantrack.redact.RedactingStream``).
+    """
+    from quantrack.redact import RedactingStream
+
+    saved = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, RedactingStream):
+        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, RedactingStream):
+        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        return _main(argv)
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _fail(message: str, code: int) -> None:
+    line = " ".join(str(message).split()) or "failed"
+    click.echo(f"quantrack: error: {line}", err=True)
+    sys.exit(code)
+
+
+def _main(argv: list[str] | None) -> Any:
     try:
         return cli.main(args=argv, prog_name="quantrack", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("quantrack: interrupted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        if _NO_ARGS_HELP is not None and isinstance(exc, _NO_ARGS_HELP):
+            # click >= 8.2, `quantrack logs` alone: the help text is the answer (8.1 prints it and exits 0)
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
+        # one line instead of click's Usage/Try/Error block
+        where = f"; see `{exc.ctx.command_path} --help`" if exc.ctx is not None else ""
+        _fail(exc.format_message().rstrip(".") + where, exc.exit_code)
     except click.ClickException as exc:
-        # usage errors: click's own one-line form, exit 2
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message(), exc.exit_code)
     except QuantrackError as exc:
-        click.echo(f"quantrack: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        _fail(str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("quantrack: interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:  # `quantrack compare | head`: the reader left; nothing to say
+        with contextlib.suppress(OSError):
+            sys.stderr.flush()
+        os._exit(0)
+    except OSError as exc:
+        _fail(describe_os_error(exc), 1 if exc.errno in _DEVICE_ERRNOS else 2)
+    except UnicodeError as exc:
+        _fail(f"input is not UTF-8 text ({exc})", 2)
+    except Exception as exc:
+        if os.environ.get("QUANTRACK_DEBUG"):
+            raise
+        first = (str(exc).splitlines() or [""])[0][:300]
+        _fail(f"unexpected {type(exc).__name__}: {first} (a bug: QUANTRACK_DEBUG=1 shows the traceback)", 1)
+    return None
+
+
+_NO_ARGS_HELP: type[click.UsageError] | None = getattr(click.exceptions, "NoArgsIsHelpError", None)
+# out of space / quota / I/O: the machine's fault, not the user's input
+_DEVICE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an OS refusal, naming the path (``no space left on device: /mnt/x/record.json``)."""
+    what = exc.strerror or type(exc).__name__
+    if exc.errno == errno.ENOSPC:
+        what = "no space left on device"
+    path = exc.filename if exc.filename is not None else None
+    if path is not None and exc.filename2 is not None:
+        return f"{what}: {path} -> {exc.filename2}"
+    return f"{what}: {path}" if path is not None else f"{what} ({exc})"

@@ -19,8 +19,10 @@ import click
 @click.option("--wide", is_flag=True, help="Every column (predicted capacity, capacity error, KV MiB, paired test, "
                                            "…); the default table keeps the decision columns within 120 characters.")
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Seconds one request to a tracking server may take (default 60; $MLFLOW_HTTP_REQUEST_TIMEOUT).")
 def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None, gpu: str | None,
-            wide: bool, tracking_uri: str | None) -> None:
+            wide: bool, tracking_uri: str | None, timeout: float | None) -> None:
     """One row per arm (its newest finished run; skipped re-runs are counted in a footnote): weights,
     capacity (reported and predicted), KV MiB, batch-1 TPOT, derived $ per 1M output tokens at the highest
     measured sweep concurrency, GSM8K with its 95% Wilson interval, Δ vs baseline with the paired McNemar
@@ -28,6 +30,9 @@ def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None,
     table per GPU, each against that GPU's baseline."""
     from quantrack.errors import BadInput
     from quantrack.report.compare import compare_by_gpu, render_many
+    from quantrack.tracking import set_request_timeout
+
+    set_request_timeout(timeout)
 
     if wide and fmt != "table":
         raise BadInput(f"--wide applies to --format table (md, csv and json always hold every column), "

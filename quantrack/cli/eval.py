@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-from pathlib import Path
 from typing import Any
 
 import click
@@ -77,13 +76,16 @@ def _progress(done: int, total: int, errors: int) -> None:
               help="A full GSM8K copy (test.jsonl + train.jsonl, checked against upstream hashes).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_envvar=True,
               help="Bearer token for the server (never printed or saved).")
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds the server may take to answer one question (vLLM's gsm8k_eval.py: 600; connect: 10 s).")
 @click.option("--allow-errors", is_flag=True, help="Exit 0 even if some questions got a server error.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, task: str, num_questions: int,
                num_shots: int, max_tokens: int, temperature: float, seed: int | None, concurrency: int, style: str,
                fewshot_sampler: str | None, fewshot_seed: int | None, model: str | None, output: str, resume: bool,
-               overwrite: bool, data_dir: str | None, api_key: str | None, allow_errors: bool, as_json: bool) -> None:
+               overwrite: bool, data_dir: str | None, api_key: str | None, timeout: float, allow_errors: bool,
+               as_json: bool) -> None:
     """Accuracy of one arm: GSM8K 5-shot against a running OpenAI-compatible server.
 
     --style vllm (default) follows vLLM's tests/evals/gsm8k/gsm8k_eval.py (first five train examples,
@@ -106,11 +108,14 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
         raise unknown("task", task, TASKS)
     if not base_url:
         raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
+    from quantrack.tracking import check_writable
+
+    check_writable(output, "--output")
     result = run_gsm8k(base_url, num_questions=num_questions, num_shots=num_shots, max_tokens=max_tokens,
                        concurrency=concurrency, seed=seed, temperature=temperature, style=style,
                        fewshot_sampler=fewshot_sampler, fewshot_seed=fewshot_seed, records_path=output, resume=resume,
                        overwrite=overwrite, api_key=api_key, model=model, data_dir=data_dir, engine=engine,
-                       progress=_progress)
+                       progress=_progress, timeout_s=timeout)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -165,7 +170,9 @@ def import_cmd(file: str, fmt: str, lm_eval_filter: str, task_name: str | None, 
     result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter,
                                     task_name=task_name)
     if out:
-        Path(out).write_text(result_json(result, records), encoding="utf-8")
+        from quantrack.tracking import atomic_write_text
+
+        atomic_write_text(out, result_json(result, records), flag="--out")
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -22,8 +22,10 @@ from quantrack.study import EngineSpec, EvalSpec
 @setting_option(EvalSpec, "kl_top_k", name="top_k")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON result here.")
+@click.option("--timeout", type=float, default=300.0, show_default=True,
+              help="Seconds a server may take to answer one request (connect: 10 s).")
 def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, tokens: int, top_k: int, fmt: str,
-       out: str | None) -> None:
+       out: str | None, timeout: float) -> None:
     """Teacher-force the same token ids through both servers and compare their next-token distributions.
 
     Reports top-1 agreement, KL(P_base || P_cand) mean / median / p99 in nats from the top-k
@@ -32,18 +34,21 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
     """
     from quantrack.accuracy.kl import run_kl
     from quantrack.accuracy.texts import load_texts
+    from quantrack.tracking import check_writable
 
+    check_writable(out, "--out")
     texts = load_texts(texts_path) if texts_path else None
     tty = sys.stderr.isatty()
     result = run_kl(baseline, candidate, engine, texts=texts, tokens=tokens, top_k=top_k,
                     progress=lambda msg: click.echo(f"\r{msg}" if tty else msg, err=True, nl=not tty),
-                    texts_label=texts_path)
+                    texts_label=texts_path, timeout_s=timeout)
     if tty:
         click.echo("", err=True)
     data = result.to_dict()
     if out:
-        with open(out, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
+        from quantrack.tracking import atomic_write_text
+
+        atomic_write_text(out, json.dumps(data, indent=1), flag="--out")
     if fmt == "json":
         click.echo(json.dumps(data, indent=1))
         return

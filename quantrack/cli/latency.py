@@ -83,6 +83,9 @@ def latency(
         raise BadInput(f"unexpected argument {str(files[0])!r} (files are read only with --merge)")
     if not engine or not base_url:
         raise BadInput("--engine and --base-url are required (or use --merge FILES)")
+    from quantrack.tracking import check_writable
+
+    check_writable(save, "--save")  # before measuring: a result is never lost to a typo in the path
 
     from quantrack.interrupts import Interrupted
     from quantrack.measure.latency import measure_latency
@@ -120,10 +123,10 @@ def latency(
 
 
 def _save(path: Path, obj: dict[str, Any]) -> None:
-    try:
-        path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"--save {path}: {exc.strerror}") from None
+    """Whole or not at all (a full disk leaves no 0-byte row): temp file + rename, one line naming the path."""
+    from quantrack.tracking import atomic_write_text
+
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n", flag="--save")
 
 
 def _progress() -> Any:

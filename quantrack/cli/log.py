@@ -28,6 +28,10 @@ def log(study_file: str, arm: str, latency: str | None, eval_path: str | None, s
 
     from quantrack.runner import LogInputs, log_results
     from quantrack.study import load_study
+    from quantrack.tracking import resolve_uri
+
+    if tracking_uri:
+        resolve_uri(tracking_uri)  # refused before anything is read or logged
 
     inputs = LogInputs(study=load_study(study_file), arm=arm, latency=Path(latency) if latency else None,
                        eval=Path(eval_path) if eval_path else None,

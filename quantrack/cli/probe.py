@@ -38,8 +38,9 @@ def probe(model_name: str, batch: str, repeats: int, warmup: int, graphs: bool, 
                        progress=lambda s: click.echo(s, err=True))
     data = result.to_dict()
     if out:
-        with open(out, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
+        from quantrack.tracking import atomic_write_text
+
+        atomic_write_text(out, json.dumps(data, indent=1), flag="--out")
     if track:
         from quantrack.tracking import log_node_fact
 

@@ -53,6 +53,11 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
         click.echo(f"quantrack: {m}", err=True)
 
     study = load_study(study_file)
+    from quantrack.cli.serve import exposure_warning
+
+    exposed = exposure_warning(study.engine.host, study.engine.args, subject="[engine] host =")
+    if exposed and not base_url:
+        click.echo(f"quantrack: warning: {exposed}", err=True)
     if ray_address is not None:
         if arms or base_url or server_log:
             raise BadInput("--ray runs every (GPU x arm) job of the study: it does not take --arm, --base-url "

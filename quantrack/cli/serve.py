@@ -45,6 +45,9 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
         srv = server_for_arm(engine, model, _arm(engine, arm_name), host=host, port=port, context_len=context_len,
                              util=util, tp=tp, parallel=parallel, log_path=log_path, startup_timeout=timeout)
     shown = " ".join(redact_argv(srv.argv, secret_values(srv.env)))
+    warning = exposure_warning(srv.host, srv.argv)
+    if warning:
+        click.echo(f"quantrack: warning: {warning}", err=True)
     click.echo(f"command: {shown}")
     if dry_run:
         return
@@ -58,6 +61,21 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
         click.echo("stopped")
         return
     click.echo("server exited")
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def exposure_warning(host: str, argv: list[str] | tuple[str, ...], subject: str = "--host") -> str | None:
+    """A server bound beyond loopback (``0.0.0.0``, a LAN address) is reachable by anyone who can reach the
+    machine; without ``--api-key`` its API (generation, and model loading on some engines) is open."""
+    if host in _LOOPBACK or host.startswith("127."):
+        return None
+    keyed = any(a == "--api-key" or a.startswith("--api-key=") for a in argv)
+    if keyed:
+        return f"{subject} {host}: the engine is reachable from the network (protected by its --api-key only)"
+    return (f"{subject} {host} exposes an unauthenticated engine to every machine that can reach this one; "
+            "bind 127.0.0.1 (the default) or give the engine an --api-key")
 
 
 def _resolved_for_arm(study, arm_name: str):  # type: ignore[no-untyped-def]

@@ -25,13 +25,22 @@ def info(engine: str, base_url: str, timeout: float, fmt: str) -> None:
 
     from quantrack.engines import get_adapter
     from quantrack.errors import BadInput, EngineError
+    from quantrack.measure.client import check_base_url, check_timeout, describe_error
 
     if not base_url.startswith(("http://", "https://")):
         raise BadInput(f"--base-url must start with http:// or https:// (got {base_url!r})")
+    base_url = check_base_url(base_url)
+    timeout = check_timeout(timeout)
     try:
         facts = get_adapter(engine).query(base_url, timeout=timeout)
     except httpx.HTTPError as exc:
-        raise EngineError(f"cannot query {engine} at {base_url}: {type(exc).__name__}: {exc}") from exc
+        raise EngineError(f"cannot query {engine} at {base_url}: {describe_error(exc)}") from None
+    except (ValueError, TypeError, AttributeError, KeyError):  # JSON that is not JSON, or not the engine's shape
+        raise BadInput(f"--base-url {base_url} answered something that is not a {engine} server's JSON "
+                       "(wrong --engine or not an engine server?)") from None
+    if not set(facts) - {"engine", "base_url"}:
+        # every endpoint refused (HTTP 500 everywhere): nothing live to show, and no table pretending otherwise
+        raise EngineError(f"{engine} server at {base_url} answered none of its info endpoints with HTTP 200")
     if fmt == "json":
         click.echo(json.dumps(facts, indent=2, default=str))
         return

@@ -121,10 +121,9 @@ def sweep(
     data = result.to_dict()
     click.echo(_render_sweep(data))
     if save:
-        try:
-            save.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise BadInput(f"--save {save}: {exc.strerror}") from None
+        from quantrack.tracking import atomic_write_text
+
+        atomic_write_text(save, json.dumps(data, indent=2) + "\n", flag="--save")
         click.echo(f"saved {save}" + (" (interrupted: partial)" if result.interrupted else ""))
     if result.interrupted:
         click.echo("quantrack: interrupted; kept the finished levels", err=True)

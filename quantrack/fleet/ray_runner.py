@@ -8,7 +8,9 @@ it FAILED with the reason. Ctrl-C cancels every task (gracefully, then ``force``
 Task (on the node): starts a child process that runs the arm through ``quantrack.runner`` and logs
 its run to the central tracking URI. The child asks the kernel for SIGTERM when the task's worker
 dies (``PR_SET_PDEATHSIG``) and turns SIGTERM into KeyboardInterrupt, so the runner's managed server
-stops its engine process group even when Ray kills the worker or the node goes away.
+stops its engine process group even when Ray kills the worker or the node goes away. The job reaches
+the child as a file in a fresh ``mkdtemp`` folder (0700, unpredictable name), written ``O_EXCL`` 0600 and
+unpickled only if it and its folder belong to this user and are closed to everyone else.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import pickle
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -186,8 +189,7 @@ def _child_main(job_path: str, result_path: str) -> int:
 
     signal.signal(signal.SIGTERM, _interrupt)
     _watch_parent(expected_parent)
-    with open(job_path, "rb") as fh:
-        job: dict[str, Any] = pickle.load(fh)  # written by our own task, same user, private temp dir
+    job: dict[str, Any] = pickle.loads(_read_private(Path(job_path)))  # our own task's file, checked first
     result: dict[str, Any] = {}
     say: Progress = lambda m: print(m, flush=True)
     try:
@@ -204,8 +206,42 @@ def _child_main(job_path: str, result_path: str) -> int:
         result.update(status="KILLED", error=result.get("error") or "interrupted (task cancelled or node lost)")
     except Exception as exc:  # noqa: BLE001 - reported to the driver as this arm's failure, one line
         result.update(status="FAILED", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-    Path(result_path).write_text(json.dumps(result), encoding="utf-8")
+    from quantrack.redact import redact_text
+    from quantrack.tracking import atomic_write_text
+
+    atomic_write_text(result_path, redact_text(json.dumps(result)), mode=0o600)
     return 0
+
+
+def _read_private(path: Path) -> bytes:
+    """The job file's bytes, only if it and its folder are ours and closed to everyone else (0700 / 0600):
+    a pickle is code, and a file another user could have written or swapped is never loaded."""
+    me = os.geteuid()
+    folder = os.stat(path.parent)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if (folder.st_uid != me or folder.st_mode & 0o077 or st.st_uid != me or st.st_mode & 0o077
+                or not stat.S_ISREG(st.st_mode)):
+            raise PermissionError(f"refusing job file {path}: not private to this user (folder 0700, file 0600)")
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            return fh.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _private_workdir(experiment: str, key: str, attempt: int, attempt_id: str) -> Path:
+    """A fresh ``mkdtemp`` folder (0700, unpredictable name) per attempt: nothing another user can plant."""
+    prefix = f"quantrack-fleet-{_safe(experiment)[:40]}-{_safe(key)[:40]}-a{attempt}-{attempt_id[:8]}-"
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def _arm_task(payload: dict[str, Any], board: Any) -> dict[str, Any]:
@@ -216,12 +252,9 @@ def _arm_task(payload: dict[str, Any], board: Any) -> dict[str, Any]:
     host = socket.gethostname()
     job: FleetJob = payload["job"]
     board.started.remote(job.key, node_id, host, payload["attempt"])
-    workdir = Path(tempfile.gettempdir()) / "quantrack-fleet" / _safe(payload["experiment"]) / (
-        f"{_safe(job.key)}-a{payload['attempt']}-{payload['attempt_id'][:8]}")
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = _private_workdir(payload["experiment"], job.key, payload["attempt"], payload["attempt_id"])
     job_path, result_path = workdir / "job.pkl", workdir / "result.json"
-    with open(job_path, "wb") as fh:
-        pickle.dump({**payload, "ray_node_id": node_id, "workdir": str(workdir)}, fh)
+    _write_private(job_path, pickle.dumps({**payload, "ray_node_id": node_id, "workdir": str(workdir)}))
     env = {**os.environ, "QUANTRACK_FLEET_PARENT": str(os.getpid())}
     log_path = workdir / "arm.log"
     with open(log_path, "ab") as log:

@@ -3,7 +3,10 @@
 For each GPU type of the study (``[fleet] gpus``, else ``[gpu] name``) this writes
 
 * ``<study>-<gpu>.study.toml``: the study narrowed to that GPU, with ``[tracking] uri`` removed
-  (the URI may carry credentials: it travels as the ``MLFLOW_TRACKING_URI`` secret instead);
+  (the URI may carry credentials: it travels as the ``MLFLOW_TRACKING_URI`` secret instead), and every
+  secret value left out: secret-named ``env`` entries (``HF_TOKEN``, ``WANDB_API_KEY``...) move to the
+  task's ``secrets:`` by name, and an ``--api-key VALUE`` in ``args`` is dropped (the engine reads its key
+  from the environment at launch); a final value-based redaction pass guards both files;
 * ``<study>-<gpu>.sky.yaml``: ``resources.accelerators`` in SkyPilot's spelling, optional
   ``any_of`` clouds/regions, ``setup`` that pins quantrack and the engine, ``run`` that runs the
   narrowed study, and a ``secrets:`` section whose values are null (filled by
@@ -20,12 +23,20 @@ import copy
 import json
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from quantrack.errors import BadInput
+from quantrack.redact import (
+    SECRET_FLAGS,
+    is_secret_name,
+    known_secrets,
+    redact_argv,
+    redact_text,
+)
 from quantrack.study import Study
+from quantrack.tracking import atomic_write_text
 
 # SkyPilot's accelerator names: skypilot-org/skypilot-catalog@03d79776:catalogs/v7/common/accelerators.csv
 # (the file `sky` reads as common/accelerators.csv to canonicalize names). GPUs only.
@@ -147,6 +158,7 @@ def export_skypilot(study: Study, out_dir: str | Path) -> list[ExportedTask]:
     engine_req = engine_requirement(study)
     qt_req = _quantrack_requirement(study, fleet.install)
     raw = tomllib.loads(Path(study.source).read_text(encoding="utf-8"))
+    hidden = _secret_values(raw)
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -158,12 +170,14 @@ def export_skypilot(study: Study, out_dir: str | Path) -> list[ExportedTask]:
         accel = skypilot_accelerator(gpu)
         notes: list[str] = []
         narrowed = _narrow_study(raw, entry.name, gpu, notes)
+        moved = _strip_secrets(narrowed, notes)
+        task_fleet = replace(fleet, secrets=tuple(dict.fromkeys([*fleet.secrets, *moved])))
         base = f"{_slug(study.name)}-{_slug(gpu)}"
         study_file = out / f"{base}.study.toml"
         yaml_file = out / f"{base}.sky.yaml"
-        study_file.write_text(toml_dumps(narrowed), encoding="utf-8")
-        task = _task_dict(study, fleet, accel, entry.name, study_file.name, qt_req, engine_req, base)
-        yaml_file.write_text(_yaml_dump(task), encoding="utf-8")
+        atomic_write_text(study_file, redact_text(toml_dumps(narrowed), hidden), flag="--out")
+        task = _task_dict(study, task_fleet, accel, entry.name, study_file.name, qt_req, engine_req, base)
+        atomic_write_text(yaml_file, redact_text(_yaml_dump(task), hidden), flag="--out")
         tasks.append(ExportedTask(gpu=entry.name, accelerator=accel, yaml_path=yaml_file, study_path=study_file,
                                   notes=tuple(notes)))
     return tasks
@@ -178,6 +192,64 @@ def _narrow_study(raw: dict[str, Any], gpu_name: str, as_written: str, notes: li
     if isinstance(tracking, dict) and tracking.pop("uri", None) is not None:
         notes.append("[tracking] uri left out of the exported study: pass it with --secret MLFLOW_TRACKING_URI")
     return data
+
+
+def _env_tables(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``env`` tables of a raw study: ``[engine] env`` and every arm's ``env``."""
+    tables: list[dict[str, Any]] = []
+    engine = data.get("engine")
+    if isinstance(engine, dict) and isinstance(engine.get("env"), dict):
+        tables.append(engine["env"])
+    for arm in data.get("arm") or data.get("arms") or []:
+        if isinstance(arm, dict) and isinstance(arm.get("env"), dict):
+            tables.append(arm["env"])
+    return tables
+
+
+def _args_lists(data: dict[str, Any]) -> list[list[Any]]:
+    lists: list[list[Any]] = []
+    engine = data.get("engine")
+    if isinstance(engine, dict) and isinstance(engine.get("args"), list):
+        lists.append(engine["args"])
+    for arm in data.get("arm") or data.get("arms") or []:
+        if isinstance(arm, dict):
+            for key in ("args", "engine_args"):
+                if isinstance(arm.get(key), list):
+                    lists.append(arm[key])
+    return lists
+
+
+def _secret_values(data: dict[str, Any]) -> list[str]:
+    """Every secret value written in the study (env values by name, --api-key values, URL passwords)."""
+    out: list[str] = [str(v) for t in _env_tables(data) for k, v in t.items() if is_secret_name(str(k)) and v]
+    for args in _args_lists(data):
+        redact_argv([str(a) for a in args])  # registers the values it hides
+    out += sorted(known_secrets())
+    return out
+
+
+def _strip_secrets(data: dict[str, Any], notes: list[str]) -> list[str]:
+    """Remove secret values from a raw study in place; returns env names to pass as SkyPilot secrets."""
+    moved: list[str] = []
+    for table in _env_tables(data):
+        for name in [k for k in table if is_secret_name(str(k))]:
+            table.pop(name)
+            moved.append(str(name))
+    for name in dict.fromkeys(moved):
+        notes.append(f"env {name} left out of the exported study: passed with --secret {name}")
+    for args in _args_lists(data):
+        i = 0
+        while i < len(args):
+            a = str(args[i])
+            flag = a.split("=", 1)[0]
+            if flag.lower() in SECRET_FLAGS or (flag.startswith("--") and is_secret_name(flag)):
+                drop = 1 if "=" in a or i + 1 >= len(args) else 2
+                del args[i:i + drop]
+                notes.append(f"engine argument {flag!r} (a secret) left out of the exported study: give the "
+                             "engine its key through the environment at launch (--secret)")
+                continue
+            i += 1
+    return list(dict.fromkeys(moved))
 
 
 def _task_dict(study: Study, fleet: Any, accel: str, gpu_name: str, study_file: str, qt_req: str,

@@ -26,12 +26,18 @@ the role-only first chunk. Arrival time is taken when the bytes come off the soc
 parsing.
 
 API keys are sent as ``Authorization: Bearer`` and never stored in a sample or error message.
+
+Every request is bounded: :func:`http_timeout` builds the one ``httpx.Timeout`` every quantrack client uses,
+connect (:data:`CONNECT_TIMEOUT_S`, capped by the read timeout) apart from read/write/pool (the user's
+``--timeout`` or ``[engine] request_timeout_s``), so a server that accepts a connection and never answers fails
+within the read timeout; :func:`check_timeout` refuses ``nan``, infinity and values <= 0 with one line.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -370,6 +376,28 @@ def validate_sample(sample: StreamSample, *, output_tokens: int, input_tokens: i
 
 # ----------------------------------------------------------------------------- transport
 
+CONNECT_TIMEOUT_S = 10.0  # a TCP connect on a LAN takes milliseconds; 10 s covers a loaded host
+
+
+def check_timeout(value: object, flag: str = "--timeout") -> float:
+    """A timeout in seconds: finite and > 0, else one-line BadInput naming ``flag``."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise BadInput(f"{flag} must be a number of seconds (got {value!r})") from None
+    if isinstance(value, bool) or not math.isfinite(v) or v <= 0:
+        raise BadInput(f"{flag} must be a finite number of seconds > 0 (got {value!r})")
+    return v
+
+
+def http_timeout(read_s: float, connect_s: float | None = None, flag: str = "--timeout") -> Any:
+    """``httpx.Timeout``: connect apart from read/write/pool; both checked (see :func:`check_timeout`)."""
+    import httpx
+
+    read = check_timeout(read_s, flag)
+    connect = min(read, check_timeout(CONNECT_TIMEOUT_S if connect_s is None else connect_s, "connect timeout"))
+    return httpx.Timeout(read, connect=connect)
+
 
 def check_base_url(base_url: str) -> str:
     """Validate ``--base-url`` (http(s)://host[:port][/prefix]); returns it without a trailing '/'."""
@@ -452,7 +480,7 @@ class HttpStreamClient:
 
         self.base_url = check_base_url(base_url)
         self._api_key = api_key
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=_headers(api_key))
+        self._client = httpx.Client(timeout=http_timeout(timeout, connect_timeout), headers=_headers(api_key))
 
     def __enter__(self) -> Self:
         return self
@@ -473,8 +501,9 @@ class HttpStreamClient:
             raise MeasurementError(_scrub(f"{method} {self.base_url}{path}: {_http_error(r.status_code, r.content)}", self._api_key))
         try:
             return r.json()
-        except ValueError:
-            raise MeasurementError(f"{method} {self.base_url}{path}: answer is not JSON") from None
+        except ValueError:  # also UnicodeDecodeError: bytes that are not text at all
+            raise BadInput(f"--base-url {self.base_url}: {method} {path} answered HTTP {r.status_code} with a body "
+                           "that is not JSON (is this an OpenAI-compatible server?)") from None
 
     def stream(self, path: str, payload: dict[str, Any], *, chat: bool = False, keep_text: bool = False) -> StreamSample:
         """Send one streaming request and time it. Never raises for network/protocol failures."""
@@ -505,7 +534,7 @@ class AsyncHttpStreamClient:
         self.base_url = check_base_url(base_url)
         self._api_key = api_key
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            timeout=http_timeout(timeout, connect_timeout),
             headers=_headers(api_key),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )

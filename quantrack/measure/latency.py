@@ -152,12 +152,13 @@ def check_counts(*, input_tokens: int, output_tokens: int, warmup: int | None = 
 
 
 def discover_model(client: HttpStreamClient) -> str | None:
-    """The first model id the server lists at /v1/models (None if it lists none)."""
+    """The first model id the server lists at /v1/models; a server that lists none is refused (never ``None``)."""
     answer = client.request_json("GET", "/v1/models")
     data = answer.get("data") if isinstance(answer, dict) else None
-    if isinstance(data, list) and data and isinstance(data[0], dict):
-        return str(data[0].get("id")) if data[0].get("id") else None
-    return None
+    if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
+        return str(data[0]["id"])
+    raise MeasurementError(f"{client.base_url}/v1/models lists no model: the server serves nothing to measure "
+                           "(or pass --model NAME)")
 
 
 def prepare_prompts(

@@ -144,7 +144,12 @@ def step_parse_log(study: Study, log_path: Path) -> LogReport:
 def step_query(study: Study, base_url: str) -> dict[str, Any]:
     from quantrack.engines import get_adapter
 
-    return dict(get_adapter(study.engine.kind).query(base_url))
+    return dict(get_adapter(study.engine.kind).query(base_url, timeout=_request_timeout(study, 10.0)))
+
+
+def _request_timeout(study: Study, default: float) -> float:
+    """``[engine] request_timeout_s`` when set (every request of every step), else the step's own default."""
+    return study.engine.request_timeout_s or default
 
 
 def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, progress: Progress) -> LatencyResult:
@@ -153,7 +158,8 @@ def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, pro
     lat = study.latency
     return measure_latency(base_url, study.engine.kind, input_tokens=lat.input_tokens,
                            output_tokens=lat.output_tokens, warmup=lat.warmup, iterations=lat.iterations,
-                           chat=lat.chat, api_key=api_key, model=study.model.served_name, label=arm.name)
+                           chat=lat.chat, api_key=api_key, model=study.model.served_name, label=arm.name,
+                           timeout=_request_timeout(study, 60.0))
 
 
 def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None) -> SweepResult:
@@ -164,7 +170,7 @@ def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None) -> Sw
                      requests_per_level=sw.requests_per_level or None,
                      input_tokens=sw.input_tokens or study.latency.input_tokens,
                      output_tokens=sw.output_tokens or study.latency.output_tokens, api_key=api_key,
-                     model=study.model.served_name)
+                     model=study.model.served_name, timeout=_request_timeout(study, 300.0))
 
 
 def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdir: Path) -> tuple[EvalResult, Path]:
@@ -176,7 +182,7 @@ def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdi
         result = run_gsm8k(base_url, num_questions=ev.num_questions, num_shots=ev.num_shots,
                            max_tokens=ev.max_tokens, concurrency=ev.concurrency, seed=ev.seed, style=ev.style,
                            records_path=records, overwrite=True, api_key=api_key, model=study.model.served_name,
-                           engine=study.engine.kind)
+                           engine=study.engine.kind, timeout_s=_request_timeout(study, 600.0))
     except KeyboardInterrupt as exc:  # the questions answered so far are on disk: their result goes with it
         raise Interrupted.of(exc, partial=_partial_eval(records, ev.num_questions)) from None
     return result, records
@@ -222,7 +228,7 @@ def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path,
         progress(f"[{arm.name}] kl: baseline {baseline.name!r} served at {srv.base_url} (pid {srv.pid}) "
                  "for the KL run only")
         return run_kl(srv.base_url, base_url, study.engine.kind, tokens=ev.kl_tokens, top_k=ev.kl_top_k,
-                      progress=say)
+                      progress=say, timeout_s=_request_timeout(study, 300.0))
 
 
 def step_plot(arm: Arm, sweep: SweepResult, baseline: ArmOutcome, workdir: Path) -> Path:
