@@ -30,9 +30,9 @@ def log(study_file: str, arm: str, latency: str | None, eval_path: str | None, s
     from quantrack.study import load_study
     from quantrack.tracking import resolve_uri
 
-    if tracking_uri:
+    if tracking_uri and not tracking_uri.startswith("sqlite:///"):
         resolve_uri(tracking_uri)  # refused before anything is read or logged
-
+    # (a sqlite URI is resolved, which creates its folder, only once every file given was checked)
     inputs = LogInputs(study=load_study(study_file), arm=arm, latency=Path(latency) if latency else None,
                        eval=Path(eval_path) if eval_path else None,
                        server_log=Path(server_log) if server_log else None, engine=engine,

@@ -190,8 +190,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("run-plain-path-tracking", ["run", "{study}", "--tracking-uri", "mlruns"], "--tracking-uri"),
     ("run-unknown-arm", ["run", "{study}", "--arm", "Q9_9"], "Q9_9"),
     ("run-workdir-under-file", ["run", "{study}", "--workdir", "{file}/sub"], "plain.txt/sub"),
-    # the runner's --eval reader does not name the file yet: the CLI's UTF-8 line still holds
-    ("log-binary-eval", ["log", "--study", "{study}", "--arm", "Q8_0", "--eval", "{bin}"], "UTF-8"),
+    # --eval goes through the one importer (quantrack.accuracy.importers), which names the file
+    ("log-binary-eval", ["log", "--study", "{study}", "--arm", "Q8_0", "--eval", "{bin}"], "bin.dat: not valid JSON"),
     ("log-unknown-arm", ["log", "--study", "{study}", "--arm", "Q9_9", "--eval", "{file}"], "Q9_9"),
     ("log-bogus-tracking", ["log", "--study", "{study}", "--arm", "Q8_0", "--tracking-uri", "bogus://x"], "bogus"),
     ("compare-bogus-tracking", ["compare", "--experiment", "x", "--tracking-uri", "bogus://x"], "bogus"),
