@@ -155,11 +155,14 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
             out.latency = _run_step(out, "latency", lambda: step_latency(study, arm, base_url, opts.api_key, say),
                                     keep=lambda partial: setattr(out, "latency", partial))
             _say_latency(say, arm, out.latency, out.step_s.get("latency"))
+            _check_measured(out, "latency", out.latency.n_failed, len(out.latency.samples), "latency samples")
             if study.sweep.concurrency:
                 say(f"[{arm.name}] sweep: concurrency {list(study.sweep.concurrency)}")
                 out.sweep = _run_step(out, "sweep", lambda: step_sweep(study, arm, base_url, opts.api_key),
                                       keep=lambda partial: setattr(out, "sweep", partial))
                 _say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
+                _check_measured(out, "sweep", out.sweep.n_failed,
+                                sum(int(r.get("requests", 0)) for r in out.sweep.rows), "sweep requests")
                 sweep = out.sweep
                 if baseline is not None and baseline.sweep is not None and not arm.baseline:
                     with contextlib.suppress(StepError):  # a plot is a view of measured rows, not a measurement
@@ -174,6 +177,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                     out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir),
                     keep=lambda partial: _keep_eval(out, partial))
                 _say_eval(say, arm, out.eval, out.step_s.get("eval"))
+                _check_measured(out, "eval", out.eval.errors, out.eval.num_questions, "questions (server errors)")
             if study.kl_wanted(arm):
                 if opts.base_url:
                     out.steps.append("kl: not run (--base-url: quantrack serves no baseline next to it)")
@@ -185,6 +189,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                     say(f"[{arm.name}] kl: top-1 agreement {out.kl.top1_agree * 100:.1f}%, "
                         f"mean KL {out.kl.kl_mean:.4f} nats over {out.kl.n_positions} positions (measured)"
                         f"{_took(out.step_s.get('kl'))}")
+                    _check_measured(out, "kl", 0, 0, "")
         out.status = STATUS_FINISHED
         say(f"[{arm.name}] done in {time.perf_counter() - t_arm:.0f} s")
     except StepError as exc:
@@ -202,6 +207,20 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
         out.error = f"{out.failed_step}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         raise
     return out
+
+
+def _check_measured(out: ArmOutcome, step: str, failed: int, total: int, what: str) -> None:
+    """The rule (docs/tracking.md, "Run status"): a measured step fails when more than half of its samples
+    failed (so also when all did), and the arm fails when the engine process quantrack started exited during
+    it. What the step measured is already in the outcome; the StepError makes the arm FAILED."""
+    rc = out.engine_exit() if out.engine_exit is not None else None
+    if rc is not None:
+        raise StepError(f"{step}: the engine process exited during the arm (exit status {rc}); "
+                        f"{failed} of {total} {what} failed" if total else
+                        f"{step}: the engine process exited during the arm (exit status {rc})")
+    if total and failed * 2 > total:
+        raise StepError(f"{step}: {failed} of {total} {what} failed (more than half: the figures are not "
+                        "a measurement of this arm)")
 
 
 def _keep_eval(out: ArmOutcome, partial: tuple[EvalResult, Path]) -> None:

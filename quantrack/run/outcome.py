@@ -66,6 +66,8 @@ class ArmOutcome:
     step_s: dict[str, float] = field(default_factory=dict)  # wall seconds per completed step (measured)
     start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     source: str = "run"  # run | log
+    # set by the serve step: the exit status of the engine process quantrack started, None while it runs
+    engine_exit: Callable[[], int | None] | None = field(default=None, repr=False)
 
 
 @dataclass

@@ -131,7 +131,11 @@ def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
                                     name=f"{study.engine.kind}-{arm.name}")
     with server:
         progress(f"[{arm.name}] server ready at {server.base_url} (pid {server.pid})")
-        yield server.base_url
+        outcome.engine_exit = lambda: None if server.proc is None else server.proc.poll()
+        try:
+            yield server.base_url
+        finally:
+            outcome.engine_exit = None
     progress(f"[{arm.name}] server stopped")
 
 

@@ -265,12 +265,15 @@ def test_engine_killed_mid_stream_store_keeps_what_was_measured(killed_mid_strea
     assert any(w in reasons for w in ("stream cut", "connection refused", "reset")), reasons
 
 
-@pytest.mark.xfail(strict=False, reason="runner (issue #16, runner part): an arm whose engine died during the "
-                   "latency step is logged FINISHED with latency_n_failed > 0 and exit 0")
 def test_engine_killed_mid_stream_arm_is_failed(killed_mid_stream: dict[str, object]) -> None:
+    # the rule (docs/tracking.md "Run status"): more than half of a step's samples failed -> the step fails
     arms = killed_mid_stream["arms"]
     assert isinstance(arms, list) and arms[0]["status"] == "FAILED", arms
     assert killed_mid_stream["rc"] == 1
+    tags = arms[0]["tags"]
+    assert tags.get("quantrack.failed_step") == "latency", tags
+    n_failed = int(arms[0]["metrics"]["latency_n_failed"])
+    assert f"{n_failed} of 20 latency samples failed" in tags.get("quantrack.error", ""), tags
 
 
 # --- the tracking server stopped mid-study and restarted; planted secrets found nowhere ---------------------
