@@ -698,6 +698,27 @@ def _predict_llamacpp(shape: ModelShape, arm: Arm, kv: str, context_len: int | N
     )
 
 
+KV_CACHE_MEMORY_FLAG = "--kv-cache-memory-bytes"
+
+
+def kv_cache_memory_bytes_in(args: list[str] | tuple[str, ...]) -> int | None:
+    """vLLM's ``--kv-cache-memory-bytes N`` (or ``=N``) in an engine argv, the last one winning as in argparse;
+    None when absent. A value that is not a plain positive integer is refused (BadInput), never guessed."""
+    found: str | None = None
+    for i, a in enumerate(args):
+        if a == KV_CACHE_MEMORY_FLAG:
+            if i + 1 >= len(args):
+                raise BadInput(f"{KV_CACHE_MEMORY_FLAG} in the engine args has no value")
+            found = args[i + 1]
+        elif a.startswith(KV_CACHE_MEMORY_FLAG + "="):
+            found = a.split("=", 1)[1]
+    if found is None:
+        return None
+    if not found.isdigit() or int(found) <= 0:
+        raise BadInput(f"{KV_CACHE_MEMORY_FLAG} {found!r} in the engine args: expected a positive integer of bytes")
+    return int(found)
+
+
 def predict_for_arm(
     shape: ModelShape,
     gpu: GPU | float,
@@ -710,6 +731,7 @@ def predict_for_arm(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     gpu_name: str | None = None,
+    kv_cache_memory_bytes: float | None = None,
 ) -> dict[str, Any]:
     """Naive plan + engine-aware prediction for one arm, as one flat dict (used by preflight, logs reconcile, run).
 
@@ -731,7 +753,8 @@ def predict_for_arm(
                 "basis": "derived"}
     row = plan(shape, total, [arm], util=util if util is not None else DEFAULT_UTIL, tp=tp, context_len=context_len)[0]
     pred = predict_engine(shape, total, arm, engine, util=util, context_len=row.context_len, tp=tp, gpu_name=gpu_name,
-                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+                          max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                          kv_cache_memory_bytes=kv_cache_memory_bytes)
     return {
         "arm": arm.name, "engine": engine, "kv_dtype": pred.kv_dtype,
         "naive_tokens": row.token_capacity, "naive_weights_gib": round(row.weights_bytes / GiB, 4),
@@ -765,6 +788,7 @@ class PlanRequest:
     decimal: bool = False  # show GB (1e9) instead of GiB
     max_num_batched_tokens: int | None = None  # vLLM's profile settings for --engine vllm (None: its defaults)
     max_num_seqs: int | None = None
+    kv_cache_memory_bytes: int | None = None  # vLLM's --kv-cache-memory-bytes for --engine vllm (replaces the profile)
 
     def title(self) -> str:
         unit = "GB (decimal, 1e9 B)" if self.decimal else "GiB (2^30 B)"
@@ -788,7 +812,8 @@ def run_plan(req: PlanRequest) -> list[PlanRow]:
         for row, arm in zip(rows, req.arms, strict=True):
             pred = predict_engine(req.shape, req.memory_bytes, arm, req.engine, util=req.util,
                                   context_len=req.context_len, tp=req.tp, gpu_name=req.gpu_name,
-                                  max_num_batched_tokens=req.max_num_batched_tokens, max_num_seqs=req.max_num_seqs)
+                                  max_num_batched_tokens=req.max_num_batched_tokens, max_num_seqs=req.max_num_seqs,
+                                  kv_cache_memory_bytes=req.kv_cache_memory_bytes)
             row.engine = req.engine
             row.engine_tokens = pred.engine_tokens
             row.engine_weights_bytes = pred.weights_bytes * (req.tp if req.engine != "llamacpp" else 1)

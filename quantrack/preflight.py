@@ -56,10 +56,14 @@ class PreflightRequest:
     study_name: str | None = None
     study: Any = None  # the loaded Study (flags applied, model refs peeked): the launch line comes from it
     unprovisioned: tuple[str, ...] = ()  # model references not in the cache yet (run provisions them)
+    kv_cache_memory_bytes: int | None = None  # vLLM's --kv-cache-memory-bytes (a study's: in its [engine] args)
 
     def validate(self) -> None:
         if self.engine not in ENGINES:
             raise unknown("engine", self.engine, ENGINES)
+        if self.kv_cache_memory_bytes is not None and not get_adapter(self.engine).profile_settings:
+            raise BadInput(f"--kv-cache-memory-bytes is vLLM's setting (it replaces vLLM's memory profile); "
+                           f"{self.engine} has no such flag")
         if not self.arms:
             raise BadInput("no arms: give --arm (repeatable) or --study FILE")
         if not self.gpus:
@@ -197,12 +201,23 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
     except ImportError:
         return None, "capacity model (quantrack.capacity) not available"
     try:
-        pred = predict_for_arm(req.model, gpu, arm, req.engine, util=req.util, context_len=req.context_len, tp=req.tp)
+        pred = predict_for_arm(req.model, gpu, arm, req.engine, util=req.util, context_len=req.context_len, tp=req.tp,
+                               kv_cache_memory_bytes=_kv_cache_memory_bytes(req, arm))
     except QuantrackError as exc:
         return None, f"capacity not derived: {exc}"
     keep = ("naive_tokens", "engine_tokens", "engine_max_concurrency", "context_len", "fits", "naive_weights_gib",
             "engine_weights_gib", "engine_kv_gib", "engine_kv_mib", "kv_dtype", "basis")
     return {k: pred[k] for k in keep if k in pred}, None
+
+
+def _kv_cache_memory_bytes(req: PreflightRequest, arm: Arm) -> int | None:
+    """vLLM's --kv-cache-memory-bytes: a study's from its launch args (arm args, then [engine] args, the last
+    one winning; the flag next to --study is appended there), else the flag's."""
+    from quantrack.capacity import kv_cache_memory_bytes_in
+
+    if req.study is not None:
+        return kv_cache_memory_bytes_in([*arm.engine_args, *req.study.engine.args])
+    return req.kv_cache_memory_bytes
 
 
 def _launch_spec(req: PreflightRequest, arm: Arm, adapter: Any) -> Any:
@@ -216,8 +231,10 @@ def _launch_spec(req: PreflightRequest, arm: Arm, adapter: Any) -> Any:
     model = arm.model or req.model_path or (req.model.hf_id if req.model else None) or (req.model.name if req.model else None)
     if not model:
         raise BadInput("no model to serve (--model NAME, --config, --gguf or a study [model] path)")
+    kvb = req.kv_cache_memory_bytes
     return LaunchSpec(model=model, arm=arm, context_len=req.context_len, util=req.util, tp=req.tp,
-                      port=adapter.default_port)
+                      port=adapter.default_port,
+                      extra_args=() if kvb is None else ("--kv-cache-memory-bytes", str(kvb)))
 
 
 def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, dict[str, str], str | None]:
@@ -404,6 +421,8 @@ def _apply_overrides(study: Any, o: dict[str, Any]) -> Any:
     """Flags given next to --study change the study itself, so capacity and launch line agree."""
     engine = replace(study.engine, **{k: v for k, v in (("kind", o.get("engine")),
                                                          ("version", o.get("engine_version"))) if v is not None})
+    if o.get("kv_cache_memory_bytes") is not None:  # launched with it, so the launch line and capacity agree
+        engine = replace(engine, args=(*engine.args, "--kv-cache-memory-bytes", str(o["kv_cache_memory_bytes"])))
     gpu = replace(study.gpu, **{k: v for k, v in (("cuda", o.get("cuda")), ("util", o.get("util")),
                                                   ("count", o.get("tp"))) if v is not None})
     model = replace(study.model, path=o["model_path"]) if o.get("model_path") else study.model
@@ -438,7 +457,8 @@ def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
         "eval_questions": study.eval.num_questions if study.eval.task else None, "study_name": study.name,
         "study": study, "unprovisioned": unprovisioned,
     }
-    fields.update({k: v for k, v in overrides.items() if v is not None and k in ("mig", "model")})
+    fields.update({k: v for k, v in overrides.items()
+                   if v is not None and k in ("mig", "model", "kv_cache_memory_bytes")})
     return PreflightRequest(**fields)
 
 

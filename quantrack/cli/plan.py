@@ -109,6 +109,10 @@ def build_request(opts: dict[str, Any]) -> Any:
     if (mnbt or mns) and not (opts.get("engine") and get_adapter(opts["engine"]).profile_settings):
         given = " and ".join(f"--{k}" for k, v in (("max-num-batched-tokens", mnbt), ("max-num-seqs", mns)) if v)
         raise BadInput(f"{given}: vLLM's profile settings, used by the engine-aware column; add --engine vllm")
+    kvb = _positive_int("kv-cache-memory-bytes", opts.get("kv_cache_memory_bytes"))
+    if kvb and not (opts.get("engine") and get_adapter(opts["engine"]).profile_settings):
+        raise BadInput("--kv-cache-memory-bytes is vLLM's setting (it replaces vLLM's memory profile); "
+                       + (f"{opts['engine']} has no such flag" if opts.get("engine") else "add --engine vllm"))
     if opts.get("arm"):
         arms = with_baseline([parse_arm_spec(a) for a in opts["arm"]])
     elif shape.checkpoint is not None and shape.checkpoint.weight_format:
@@ -124,7 +128,7 @@ def build_request(opts: dict[str, Any]) -> Any:
     return capacity.PlanRequest(
         shape=shape, memory_bytes=float(memory), memory_label=label, arms=tuple(arms), util=util,
         overhead_bytes=float(overhead), tp=tp, context_len=ctx, engine=opts.get("engine"), gpu_name=gpu_name,
-        decimal=decimal, max_num_batched_tokens=mnbt, max_num_seqs=mns,
+        decimal=decimal, max_num_batched_tokens=mnbt, max_num_seqs=mns, kv_cache_memory_bytes=kvb,
     )
 
 
@@ -179,6 +183,8 @@ def _profile_note(req: Any) -> str:
     """For --engine vllm: the profile settings the engine-aware column assumed (given, or vLLM's defaults)."""
     if not (req.engine and get_adapter(req.engine).profile_settings):
         return ""
+    if req.kv_cache_memory_bytes:
+        return f"; vLLM KV memory: --kv-cache-memory-bytes {req.kv_cache_memory_bytes} (no memory profile)"
     parts = [f"{name} {value if value else 'default (vLLM V1, by GPU memory)'}" for name, value in
              (("max_num_batched_tokens", req.max_num_batched_tokens), ("max_num_seqs", req.max_num_seqs))]
     return "; vLLM profile: " + ", ".join(parts)
@@ -200,6 +206,8 @@ def _profile_note(req: Any) -> str:
 @click.option("--max-num-batched-tokens",
               help="With --engine vllm: tokens vLLM profiles with (V0 without chunked prefill: the context length; "
                    "default: V1's default for the GPU).")
+@click.option("--kv-cache-memory-bytes",
+              help="With --engine vllm: KV cache bytes per GPU (vLLM's flag; replaces its memory profile).")
 @click.option("--max-num-seqs", help="With --engine vllm: max_num_seqs (V0 default 256; default: V1's for the GPU).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "md"]), default="table",
               show_default=True)

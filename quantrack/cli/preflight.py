@@ -71,8 +71,10 @@ def build_request(opts: dict[str, Any]) -> Any:
         raise BadInput("--mig/--no-mig describe a catalog GPU; with --gpu auto NVML reports the MIG mode")
     model = model_from_options(opts)
     model_path = opts.get("gguf") or (model.hf_id if model is not None and model.hf_id else None)
+    kvb = opts.get("kv_cache_memory_bytes")
     common = {"engine_version": opts["engine_version"], "cuda": opts["cuda"], "mig": opts["mig"],
-              "util": opts["util"], "context_len": opts["context_len"], "tp": opts["tp"]}
+              "util": opts["util"], "context_len": opts["context_len"], "tp": opts["tp"],
+              "kv_cache_memory_bytes": None if kvb is None else int(_number("kv-cache-memory-bytes", kvb, True))}
     if opts["study"]:
         return request_from_study(opts["study"], gpu=opts["gpu"], engine=opts["engine"], model=model,
                                   model_path=model_path, **common)
@@ -158,6 +160,8 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
 @setting_option(Study, "context_len", default=None, help="Context length (--max-model-len; default: the study's "
                 "or the model's).")
 @setting_option(GpuSpec, "count", name="tp", default=None, help="Tensor-parallel size (default 1, or the study's).")
+@click.option("--kv-cache-memory-bytes", help="vLLM only: KV cache bytes per GPU (replaces vLLM's memory profile; "
+                                             "with --study, added to its [engine] args).")
 @click.option("--strict", is_flag=True, help="Exit 3 on warnings too.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 @click.pass_context

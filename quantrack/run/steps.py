@@ -92,13 +92,15 @@ def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> dict[str, Any]
 
     llama.cpp: the KV cache is pure arithmetic (every cell allocated up front), predicted with the study's
     slots (-np) so cells per stream and streams match what the server prints."""
-    from quantrack.capacity import MiB, predict_engine, predict_for_arm
+    from quantrack.capacity import MiB, kv_cache_memory_bytes_in, predict_engine, predict_for_arm
     from quantrack.engines import get_adapter
 
     gpu = _gpu_for(study, node)
     shape = _shape_for(study, arm)
+    # the argv order of the launch (arm args, then [engine] args): the last --kv-cache-memory-bytes wins
+    kv_fixed = kv_cache_memory_bytes_in([*arm.engine_args, *study.engine.args])
     pred = predict_for_arm(shape, gpu, arm, study.engine.kind, util=study.gpu.util,
-                           context_len=study.context_len, tp=study.gpu.count)
+                           context_len=study.context_len, tp=study.gpu.count, kv_cache_memory_bytes=kv_fixed)
     if get_adapter(study.engine.kind).has_slots and study.parallel > 1:
         eng = predict_engine(shape, float(gpu.total_bytes) or 1.0, arm, study.engine.kind,
                              context_len=study.context_len, n_parallel=study.parallel)
