@@ -320,6 +320,12 @@ def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU
     return out
 
 
+def arm_context_verdicts(req: PreflightRequest, gpu: GPU, arm: Arm) -> list[Verdict]:
+    """``context_verdicts`` for one arm with its derived capacity: what `quantrack preflight` checks, for
+    `quantrack run`'s preflight step."""
+    return context_verdicts(req, _capacity(req, gpu, arm)[0], gpu)
+
+
 def _memory_of(gpu: GPU | None) -> tuple[float, str]:
     """The memory a server's KV cache must fit in: the GPU's, or for a CPU this machine's RAM (measured)."""
     import os

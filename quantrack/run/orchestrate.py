@@ -127,7 +127,8 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
     try:
         verdict, verdicts = _run_step(out, "preflight", lambda: step_preflight(study, arm, node))
         out.verdict, out.verdicts = verdict, list(verdicts)
-        say(f"[{arm.name}] preflight: {verdict}")
+        say(f"[{arm.name}] preflight: {verdict}" + "".join(
+            f"; {v.rule_id}: {v.message}" for v in out.verdicts if verdict == "reject" and v.verdict == "reject"))
         if verdict == "reject":
             out.status = STATUS_REJECTED
             return out

@@ -59,13 +59,25 @@ def _gpu_for(study: Study, node: dict[str, Any]) -> Any:
 
 
 def step_preflight(study: Study, arm: Arm, node: dict[str, Any]) -> tuple[str, list[Any]]:
-    """The rulebook's verdict for this arm on this GPU with this engine: allow | warn | reject."""
+    """The rulebook's verdict for this arm on this GPU with this engine, and the context check of
+    `quantrack preflight` (preflight.context_verdicts: the model's maximum, the KV capacity or the memory):
+    allow | warn | reject. A model whose shape cannot be read gets no context verdict, as in preflight."""
     from quantrack import rulebook
+    from quantrack.preflight import PreflightRequest, arm_context_verdicts
 
     gpu = _gpu_for(study, node)
     verdicts = rulebook.evaluate(gpu, arm, study.engine.kind, study.engine.version, cuda=study.gpu.cuda,
                                  mig=node.get("mig"),
                                  study_context=rulebook.StudyContext(arms=study.arms, engine_env=study.engine.env))
+    try:
+        shape = _shape_for(study, arm)
+    except QuantrackError:  # StepError included: no shape, no capacity (the predict step says why)
+        shape = None
+    if shape is not None and study.context_len:
+        req = PreflightRequest(gpus=[gpu], arms=[arm], engine=study.engine.kind,
+                               engine_version=study.engine.version, cuda=study.gpu.cuda, model=shape,
+                               util=study.gpu.util, context_len=study.context_len, tp=study.gpu.count, study=study)
+        verdicts = [*verdicts, *arm_context_verdicts(req, gpu, arm)]
     return rulebook.overall(verdicts), verdicts
 
 
