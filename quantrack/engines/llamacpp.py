@@ -94,6 +94,10 @@ _SLOT_LINE = re.compile(r"(?:slot +\w+: id +(\d+) \| task -?\d+ \| new slot,? n_
                         r"context: (\d+))")
 _ROCM_DEV = re.compile(r"Device \d+: (.+?), (gfx\w+)")                                  # issue 18011 (HIP build)
 _BUILD_INFO = re.compile(r"build_info: (\S+)")                                          # real xllamacpp log
+# quantrack's xllamacpp wrapper (engines/xllamacpp_server.py version_line), printed first: the wheel's llama.cpp says
+# "build_info: b0-unknown" (build 0, commit unknown), so the wheel's version is the one that identifies the engine
+_XLLAMACPP_VERSION = re.compile(r"^quantrack-xllamacpp: (xllamacpp \S+)")
+_NO_BUILD_INFO = re.compile(r"^b0-unknown$")  # llama.cpp built without its version (build number 0, no commit)
 _BUILD = re.compile(r"\b(?:build(?::| =)|version:) (\d+ \([0-9a-f]+\))")  # "version: 5201 (85f36e5e)" (issue 13145)  # "main: build = 1971 (1182cf4d)" (issue 5137)
 _CUDA_DEV = re.compile(r"Device \d+: (.+?), compute capability (\d+\.\d+)")            # ggml-cuda.cu:L345
 _USING_DEV = re.compile(r"using device (\S+) \((.+?)\)")                                # llama.cpp:L306
@@ -227,6 +231,12 @@ def _slots(b: ReportBuilder, ln: Line) -> None:
         b.set("max_concurrency_context", int(n_ctx))
 
 
+def _xllamacpp_version(b: ReportBuilder, ln: Line) -> None:
+    m = _XLLAMACPP_VERSION.search(ln.text)
+    if m:
+        b.set("engine_version", m.group(1), overwrite=True)  # in preference to llama.cpp's "b0-unknown"
+
+
 def _build(b: ReportBuilder, ln: Line) -> None:
     m = _BUILD_INFO.search(ln.text) or _BUILD.search(ln.text)
     if m:
@@ -290,6 +300,7 @@ RULES: list[RuleSpec] = [
     ("n_slots =", _slots, done_when("n_slots")),
     ("new slot", _slots, done_when("n_slots")),
     ("-> Slot ", _slots, done_when("n_slots")),
+    ("quantrack-xllamacpp: xllamacpp ", _xllamacpp_version, startup_only()),
     ("build", _build, done_when("engine_version")),
     ("version: ", _build, done_when("engine_version")),
     ("Device ", _device, _KV_DONE),
@@ -342,7 +353,12 @@ def parse_props(obj: Any) -> dict[str, Any]:
     for key in ("total_slots", "model_path", "build_info", "chat_template_caps", "modalities"):
         if key in obj:
             out[key] = obj[key]
-    if "build_info" in out:
+    if "build_info" in out and isinstance(out["build_info"], str) and _NO_BUILD_INFO.match(out["build_info"]):
+        # not a version: the xllamacpp wheel's llama.cpp has no build number or commit (its startup log's
+        # "quantrack-xllamacpp: xllamacpp X" line has the wheel's version)
+        out["engine_version_unknown"] = (f"/props build_info is {out['build_info']!r} (llama.cpp built without its "
+                                         "version, as in the xllamacpp wheel); the startup log names the wheel")
+    elif "build_info" in out:
         out["engine_version"] = out.pop("build_info")
     out.pop("chat_template_caps", None)
     return out
