@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantrack.errors import BadInput, did_you_mean
+from quantrack.errors import BadInput, QuantrackError, did_you_mean
 from quantrack.run.schema import FALLBACK_NO, FALLBACK_YES, Metric, Param, Tag
 from quantrack.tracking import RunRow
 
@@ -112,12 +112,31 @@ def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
             node=p.get(Param.HOSTNAME) or r.run_name, source=r.run_id, arm=r.arm,
             gpu=p.get(Param.GPU_NAME) or p.get(Param.GPU_CATALOG), compute_capability=p.get(Param.COMPUTE_CAPABILITY),
             mig=p.get(Param.MIG), engine=p.get(Param.ENGINE), engine_version=p.get(Param.ENGINE_VERSION),
-            quantization=p.get(Param.QUANTIZATION), effective_kernel=t.get(Tag.EFFECTIVE_KERNEL),
+            quantization=_requested_quantization(p, t), effective_kernel=t.get(Tag.EFFECTIVE_KERNEL),
             fallback=None if fb not in (FALLBACK_YES, FALLBACK_NO) else fb == FALLBACK_YES, fallback_kinds=t.get(Tag.FALLBACK_KINDS),
             evidence=t.get(Tag.FALLBACK_EVIDENCE), capacity_error_pct=m.get(Metric.CAPACITY_ERROR_PCT),
             tpot_ms=m.get(Metric.TPOT_MS_P50), status=_run_status(r), weights=p.get(Param.WEIGHTS), unknown_reason=reason,
         ))
     return out
+
+
+def _requested_quantization(p: dict[str, Any], t: dict[str, Any]) -> str | None:
+    """The quantization the run asked for. An engine that serves one GGUF file (llama.cpp) has no --quantization
+    (the run's param says "none"): its quantization is the file's GGUF type, the run's ``weights`` (q8_0 -> Q8_0),
+    else the file type its log printed."""
+    quant = p.get(Param.QUANTIZATION)
+    engine = p.get(Param.ENGINE)
+    if engine and quant in (None, "none"):
+        from quantrack.engines import get_adapter
+
+        try:
+            gguf = get_adapter(engine).serves_local_file
+        except QuantrackError:  # an engine this quantrack does not know: its param as logged
+            gguf = False
+        if gguf:
+            weights = p.get(Param.WEIGHTS)
+            return weights.upper() if weights else t.get(Tag.LOG_QUANTIZATION) or quant
+    return quant
 
 
 def _run_status(r: RunRow) -> str:
