@@ -157,6 +157,7 @@ class Study:
     description: str = setting(default="", help="What the study is for.")
     decision: DecisionSpec = field(default_factory=DecisionSpec)  # [decision]: quantrack report's constraints
     source: str | None = None  # the file it was read from
+    quick: bool = False  # `quantrack run --quick` (quick_study): fewer requests, its own experiment
 
     @property
     def baseline(self) -> Arm:
@@ -185,6 +186,29 @@ _SECTIONS: dict[str, type] = {
 }
 _TOP_SETTINGS = ("name", "context_len", "parallel", "fleet", "description")
 _KL_KEYS = {"tokens": "kl_tokens", "top_k": "kl_top_k", "arms": "kl_arms", "baseline_util": "kl_baseline_util"}
+
+
+QUICK_SUFFIX = "-quick"
+
+
+def quick_study(study: Study) -> Study:
+    """``quantrack run --quick``: the same arms with far fewer requests, for a first look (about a minute for the
+    CPU study on an idle 2-core machine). Latency 1 warmup + 3 measured; the sweep's lowest and highest level
+    with 4 requests each; GSM8K 3 questions; KL 64 positions. Its runs go to the experiment ``<name>-quick`` so a
+    quick look never replaces a full study's figures in ``compare``; they carry the tag quantrack.quick=true."""
+    from dataclasses import replace
+
+    sw = study.sweep
+    levels = tuple(sorted({min(sw.concurrency), max(sw.concurrency)})) if sw.concurrency else ()
+    ev = study.eval
+    return replace(
+        study,
+        latency=replace(study.latency, warmup=min(study.latency.warmup, 1), iterations=min(study.latency.iterations, 3)),
+        sweep=replace(sw, concurrency=levels, requests_per_level=4 if levels else sw.requests_per_level),
+        eval=replace(ev, num_questions=min(ev.num_questions, 3), kl_tokens=min(ev.kl_tokens, 64) if ev.kl_tokens else 0),
+        tracking=replace(study.tracking, experiment=(study.tracking.experiment or study.name) + QUICK_SUFFIX),
+        quick=True,
+    )
 
 
 def load_study(path: str | Path) -> Study:

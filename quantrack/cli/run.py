@@ -33,9 +33,13 @@ EXIT_REJECTED = 3
 @click.option("--format", "fmt", type=click.Choice(["table", "tsv"]), default="table", show_default=True,
               help="stdout: the compare table, then one `arm<TAB>status<TAB>run_id` line per arm (table); "
                    "only those lines (tsv).")
+@click.option("--quick", is_flag=True,
+              help="A first look: the same arms with far fewer requests (latency 1 + 3, two sweep levels of 4, "
+                   "3 GSM8K questions, 64 KL positions), logged to the experiment NAME-quick and tagged "
+                   "quantrack.quick so it never stands in for the full study.")
 def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log: str | None,
         tracking_uri: str | None, workdir: str | None, prices: str | None, ray_address: str | None,
-        fmt: str) -> None:
+        fmt: str, quick: bool) -> None:
     """Run a study: one nested MLflow run per arm under a parent run for the study.
 
     Progress goes to stderr; the compare table of this study's runs and a line per arm to stdout.
@@ -53,6 +57,12 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
         click.echo(f"quantrack: {m}", err=True)
 
     study = load_study(study_file)
+    if quick:
+        from quantrack.study import quick_study
+
+        study = quick_study(study)
+        progress(f"--quick: fewer requests than the study asks; runs go to experiment "
+                 f"{study.tracking.experiment!r} (a first look, not figures to decide on)")
     from quantrack.cli.serve import exposure_warning
 
     exposed = exposure_warning(study.engine.host, study.engine.args, subject="[engine] host =")

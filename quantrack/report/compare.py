@@ -419,6 +419,10 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
         table.notes.append("cost: — (no arm has both a measured sweep throughput and a GPU price; "
                            "add a price with --prices FILE).")
     table.notes.extend(_contention_notes(order, chosen))
+    quick = [a for a in order if chosen[a].tags.get(Tag.QUICK) == "true"]
+    if quick:
+        table.notes.append("--quick runs (" + ", ".join(quick) + "): a few requests per step, a first look; "
+                           "run the study without --quick for figures to decide on.")
     skipped = _skipped_note(table.skipped, chosen)
     if skipped:
         table.notes.append(skipped)

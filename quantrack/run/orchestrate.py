@@ -103,6 +103,47 @@ def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any],
     return value
 
 
+def _local_engine_pid(base_url: str | None) -> int | None:
+    """The pid listening on a loopback base URL's port (an engine started outside quantrack, --base-url), so its
+    CPU counts as the engine's and not as contention; None when remote or not visible to this user."""
+    from urllib.parse import urlsplit
+
+    import psutil  # type: ignore[import-untyped]
+
+    parts = urlsplit(base_url or "")
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or parts.port is None:
+        return None
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == parts.port and c.pid:
+            return int(c.pid)
+    return None
+
+
+def _sampled(study: Study, out: ArmOutcome, step: str, fn: Callable[[], Any]) -> Any:
+    """Run a timed step while quantrack.measure.hygiene samples the host (and the GPU, for GPU engines); the
+    summary lands in ``out.hygiene[step]`` whatever ends the step."""
+    from quantrack.engines import GPU_ENGINE_KINDS
+    from quantrack.measure.hygiene import Sampler
+
+    pid = out.engine_pid or _local_engine_pid(out.base_url)
+    sampler = Sampler(step, engine_pid=pid, gpu_index=0 if study.engine.kind in GPU_ENGINE_KINDS else None).start()
+    try:
+        return fn()
+    finally:
+        out.hygiene[step] = sampler.stop()
+
+
+def _say_contention(say: Progress, arm: Arm, out: ArmOutcome, step: str) -> None:
+    h = out.hygiene.get(step)
+    if h is not None and h.contended:
+        say(f"[{arm.name}] ⚠ {step} measured under contention: {'; '.join(h.reasons)} "
+            "(the figure is flagged in the run and in compare)")
+
+
 def _step_error(name: str, exc: Exception) -> StepError:
     if isinstance(exc, (StepError, QuantrackError)):
         return StepError(f"{name}: {exc}")
@@ -153,14 +194,16 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
             lat = study.latency
             say(f"[{arm.name}] latency: batch 1, {lat.input_tokens} in / {lat.output_tokens} out, "
                 f"{lat.warmup} warmup + {lat.iterations} iterations")
-            out.latency = _run_step(out, "latency", lambda: step_latency(study, arm, base_url, opts.api_key, say),
-                                    keep=lambda partial: setattr(out, "latency", partial))
+            out.latency = _run_step(out, "latency", lambda: _sampled(study, out, "latency", lambda: step_latency(
+                study, arm, base_url, opts.api_key, say)), keep=lambda partial: setattr(out, "latency", partial))
+            _say_contention(say, arm, out, "latency")
             _say_latency(say, arm, out.latency, out.step_s.get("latency"))
             _check_measured(out, "latency", out.latency.n_failed, len(out.latency.samples), "latency samples")
             if study.sweep.concurrency:
                 say(f"[{arm.name}] sweep: concurrency {list(study.sweep.concurrency)}")
-                out.sweep = _run_step(out, "sweep", lambda: step_sweep(study, arm, base_url, opts.api_key),
-                                      keep=lambda partial: setattr(out, "sweep", partial))
+                out.sweep = _run_step(out, "sweep", lambda: _sampled(study, out, "sweep", lambda: step_sweep(
+                    study, arm, base_url, opts.api_key, say)), keep=lambda partial: setattr(out, "sweep", partial))
+                _say_contention(say, arm, out, "sweep")
                 _say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
                 _check_measured(out, "sweep", out.sweep.n_failed,
                                 sum(int(r.get("requests", 0)) for r in out.sweep.rows), "sweep requests")
@@ -175,7 +218,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 say(f"[{arm.name}] eval: {ev.task}, {ev.num_questions} questions, {ev.num_shots}-shot, "
                     f"max_tokens {ev.max_tokens}")
                 out.eval, out.eval_records = _run_step(
-                    out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir),
+                    out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir, say),
                     keep=lambda partial: _keep_eval(out, partial))
                 _say_eval(say, arm, out.eval, out.step_s.get("eval"))
                 _check_measured(out, "eval", out.eval.errors, out.eval.num_questions, "questions (server errors)")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
     from quantrack.engines.base import LogReport
+    from quantrack.measure.hygiene import Hygiene
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
     from quantrack.rulebook import Verdict
@@ -64,6 +65,8 @@ class ArmOutcome:
     step: str | None = None  # the step in progress (None between steps)
     steps: list[str] = field(default_factory=list)  # steps that completed
     step_s: dict[str, float] = field(default_factory=dict)  # wall seconds per completed step (measured)
+    engine_pid: int | None = None  # the engine's process (its tree is the engine in the host-load figures)
+    hygiene: dict[str, Hygiene] = field(default_factory=dict)  # step -> host/GPU contention while it ran
     start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     source: str = "run"  # run | log
     # set by the serve step: the exit status of the engine process quantrack started, None while it runs

@@ -139,6 +139,8 @@ def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     for k, v in provenance_tags().items():
         rec.tag(k, v)
     rec.tag(Tag.ROLE, "arm")
+    if study.quick:
+        rec.tag(Tag.QUICK, "true")
     rec.tag(Tag.STUDY, study.name)
     rec.tag(Tag.ARM, arm.name)
     rec.tag(Tag.SOURCE, out.source)
@@ -186,10 +188,26 @@ def _metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -
         rec.metric(schema.step_seconds(step), seconds)
     _latency_metrics(rec, out)
     _sweep_metrics(rec, out.sweep)
+    _hygiene(rec, out)
     _eval_metrics(rec, out, baseline_accuracy)
     if out.kl is not None:
         for name, value in out.kl.metrics().items():
             rec.metric(name, value)
+
+
+def _hygiene(rec: RunRecord, out: ArmOutcome) -> None:
+    """Host/GPU contention per timed step (measured; the yes/no flag derived with the limits it records), and
+    the latency's repeatability (CV of per-request TPOT)."""
+    for step, h in out.hygiene.items():
+        for name, value in h.metrics().items():
+            rec.metric(name, value)
+        for tag, text in h.tags().items():
+            rec.tag(tag, text or None)
+        rec.artifacts[Artifact.HYGIENE.format(step=step)] = json.dumps(h.to_dict(), indent=1, default=str)
+    if out.latency is not None:
+        from quantrack.measure.hygiene import cv
+
+        rec.metric(Metric.TPOT_CV, cv([s.tpot for s in out.latency.ok_samples if s.tpot is not None]))
 
 
 def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
@@ -359,6 +377,8 @@ def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | No
 def study_record(study: Study, experiment: str, node: dict[str, Any]) -> RunRecord:
     rec = RunRecord(experiment=experiment, run_name=f"study:{study.name}", status="RUNNING")
     rec.secrets = secret_values(dict(study.engine.env))
+    if study.quick:
+        rec.tag(Tag.QUICK, "true")
     for k, v in provenance_tags().items():
         rec.tag(k, v)
     rec.tag(Tag.ROLE, "study")

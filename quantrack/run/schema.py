@@ -109,6 +109,7 @@ class Metric:
     SAMPLE_TTFT_MS = "sample_ttft_ms"
     SERVER_TPOT_MS = "server_tpot_ms"
     TPOT_MS_P50 = "tpot_ms_p50"
+    TPOT_CV = "tpot_cv"  # coefficient of variation of per-request TPOT (repeatability; measured)
     TPOT_VS_SERVER_PCT = "tpot_vs_server_pct"
     TTFT_MS_P50 = "ttft_ms_p50"
     WEIGHTS_GIB = "weights_gib"
@@ -139,6 +140,7 @@ class Tag:
     RULE_IDS = "quantrack.rule_ids"
     SOURCE = "quantrack.source"
     STUDY = "quantrack.study"
+    QUICK = "quantrack.quick"  # "true": run --quick (fewer requests; a first look)
     VERDICT = "quantrack.verdict"
 
 
@@ -156,6 +158,7 @@ class Artifact:
     SERVER_LOG_REPORT = "server/log_report.json"
     STUDY_STUDY = "study/study.toml"
     SWEEP_SWEEP = "sweep/sweep.json"
+    HYGIENE = "hygiene/{step}.json"  # .format(step=...): what quantrack.measure.hygiene sampled during the step
 
 
 # --- names built from a value ----------------------------------------------------------------------------

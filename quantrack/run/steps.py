@@ -144,6 +144,7 @@ def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
     server = ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
                                     name=f"{study.engine.kind}-{arm.name}")
     with server:
+        outcome.engine_pid = server.pid
         progress(f"[{arm.name}] server ready at {server.base_url} (pid {server.pid})")
         outcome.engine_exit = lambda: None if server.proc is None else server.proc.poll()
         try:
@@ -172,37 +173,53 @@ def _request_timeout(study: Study, default: float) -> float:
 
 def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, progress: Progress) -> LatencyResult:
     from quantrack.measure.latency import measure_latency
+    from quantrack.progress import StepProgress
 
     lat = study.latency
-    return measure_latency(base_url, study.engine.kind, input_tokens=lat.input_tokens,
-                           output_tokens=lat.output_tokens, warmup=lat.warmup, iterations=lat.iterations,
-                           chat=lat.chat, api_key=api_key, model=study.model.served_name, label=arm.name,
-                           timeout=_request_timeout(study, 60.0))
+    bar = StepProgress(progress, f"[{arm.name}] latency")
+    try:
+        return measure_latency(base_url, study.engine.kind, input_tokens=lat.input_tokens,
+                               output_tokens=lat.output_tokens, warmup=lat.warmup, iterations=lat.iterations,
+                               chat=lat.chat, api_key=api_key, model=study.model.served_name, label=arm.name,
+                               timeout=_request_timeout(study, 60.0), progress=bar)
+    finally:
+        bar.close()
 
 
-def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None) -> SweepResult:
+def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None,
+               progress: Progress | None = None) -> SweepResult:
     from quantrack.measure.sweep import run_sweep  # type: ignore[import-not-found]
+    from quantrack.progress import StepProgress
 
     sw = study.sweep
-    return run_sweep(base_url, study.engine.kind, concurrency=list(sw.concurrency),
-                     requests_per_level=sw.requests_per_level or None,
-                     input_tokens=sw.input_tokens or study.latency.input_tokens,
-                     output_tokens=sw.output_tokens or study.latency.output_tokens, api_key=api_key,
-                     model=study.model.served_name, timeout=_request_timeout(study, 300.0))
+    bar = StepProgress(progress or (lambda _m: None), f"[{arm.name}] sweep")
+    try:
+        return run_sweep(base_url, study.engine.kind, concurrency=list(sw.concurrency),
+                         requests_per_level=sw.requests_per_level or None,
+                         input_tokens=sw.input_tokens or study.latency.input_tokens,
+                         output_tokens=sw.output_tokens or study.latency.output_tokens, api_key=api_key,
+                         model=study.model.served_name, timeout=_request_timeout(study, 300.0), progress=bar)
+    finally:
+        bar.close()
 
 
-def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdir: Path) -> tuple[EvalResult, Path]:
+def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdir: Path,
+              progress: Progress | None = None) -> tuple[EvalResult, Path]:
     from quantrack.accuracy.gsm8k import run_gsm8k
+    from quantrack.progress import StepProgress
 
     ev = study.eval
     records = workdir / f"{arm.name}-gsm8k.jsonl"
+    bar = StepProgress(progress or (lambda _m: None), f"[{arm.name}] eval")
     try:
         result = run_gsm8k(base_url, num_questions=ev.num_questions, num_shots=ev.num_shots,
                            max_tokens=ev.max_tokens, concurrency=ev.concurrency, seed=ev.seed, style=ev.style,
                            records_path=records, overwrite=True, api_key=api_key, model=study.model.served_name,
-                           engine=study.engine.kind, timeout_s=_request_timeout(study, 600.0))
+                           engine=study.engine.kind, timeout_s=_request_timeout(study, 600.0), progress=bar.gsm8k)
     except KeyboardInterrupt as exc:  # the questions answered so far are on disk: their result goes with it
         raise Interrupted.of(exc, partial=_partial_eval(records, ev.num_questions)) from None
+    finally:
+        bar.close()
     return result, records
 
 

@@ -94,6 +94,13 @@ model = "{tmp_path / 'missing.gguf'}"
                 "gsm8k_accuracy", "gsm8k_se", "gsm8k_n", "server_tpot_ms"):
         assert key in q8.metrics, key
     assert q8.metrics["gsm8k_n"] == 3 and q8.tags["quantrack.fallback"] == "no"
+    # measurement hygiene of the timed steps: sampled (the engine's own CPU measured apart), state said
+    assert "quantrack.sweep_contention" not in q8.tags  # this study has no sweep
+    for step in ("latency",):
+        assert q8.tags[f"quantrack.{step}_contention"] in ("yes", "no"), step
+        assert q8.metrics[f"{step}_host_samples"] >= 2 and f"{step}_host_others_cpu_cores" in q8.metrics
+        assert q8.metrics[f"{step}_host_engine_cpu_cores"] > 0  # the engine tree was watched, not counted as others
+    assert "tpot_cv" in q8.metrics
     assert len(q8.tags["quantrack.gsm8k_correct"]) == 3
     assert "gsm8k_delta_vs_baseline" in runs["q4_0"].metrics
     assert runs["fp8"].status == "KILLED" and runs["fp8"].tags["quantrack.verdict"] == "reject"

@@ -101,3 +101,11 @@ def test_engine_tree_is_not_counted_as_others() -> None:
     assert h is not None and h.engine_cpu_cores is not None
     # the engine's own loop is measured as the engine (on a quiet machine ~1 core; under load less, never 0)
     assert h.engine_cpu_cores > 0.05
+
+
+def test_tag_names_are_the_record_schemas() -> None:
+    """The writer (hygiene.tags) and the readers (compare, report) use the names in quantrack.run.schema."""
+    from quantrack.run.schema import Tag
+
+    tags = summarize_cpu("sweep", [_t(0, 0, 0), _t(10, 20, 4)], cores=2).tags()
+    assert set(tags) == {Tag.CONTENTION.format(step="sweep"), Tag.CONTENTION_REASONS.format(step="sweep")}
