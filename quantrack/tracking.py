@@ -485,11 +485,11 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
     metrics = [Metric(m.key, m.value, m.timestamp, m.step) for m in rec.metrics]
     tag_list = [RunTag(k, v) for k, v in sorted(tags.items())]
     for i in range(0, max(len(params), 1), 100):
-        client.log_batch(run_id, params=params[i:i + 100])
+        _log_batch(client, run_id, params=params[i:i + 100])
     for i in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+        _log_batch(client, run_id, metrics=metrics[i:i + 1000])
     for i in range(0, len(tag_list), 100):
-        client.log_batch(run_id, tags=tag_list[i:i + 100])
+        _log_batch(client, run_id, tags=tag_list[i:i + 100])
     if rec.artifacts or rec.artifact_files:
         with tempfile.TemporaryDirectory(prefix="quantrack-art-") as tmp:
             _materialize(rec, Path(tmp), files_root)
@@ -501,6 +501,28 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
         with contextlib.redirect_stdout(_redacted_stderr()):
             client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
     return str(run_id)
+
+
+_DUPLICATE = ("duplicate key", "UniqueViolation", "UNIQUE constraint failed")
+
+
+def _log_batch(client: Any, run_id: str, params: list[Any] | None = None, metrics: list[Any] | None = None,
+               tags: list[Any] | None = None) -> None:
+    """``log_batch``, safe against the client's own retry: when a request timed out after the server had
+    committed it, MLflow's retry hits the store's unique keys ("duplicate key value violates unique constraint
+    tag_pk" on PostgreSQL). Then the run is read back, and the batch counts as logged only if every param and tag
+    is there with the same value (metrics: every key present); anything else is raised as before."""
+    try:
+        client.log_batch(run_id, params=params or [], metrics=metrics or [], tags=tags or [])
+    except Exception as exc:
+        if not any(d in str(exc) for d in _DUPLICATE):
+            raise
+        data = client.get_run(run_id).data
+        ok = all(data.params.get(p.key) == p.value for p in params or []) and \
+            all(data.tags.get(t.key) == t.value for t in tags or []) and \
+            all(m.key in data.metrics for m in metrics or [])
+        if not ok:
+            raise
 
 
 def _redacted_stderr() -> Any:
