@@ -307,10 +307,12 @@ def _narrow_gsm8k(m: dict[str, float]) -> str:
 
 
 def _capacity_cell(m: dict[str, float]) -> str:
-    if m.get(M_KV_REPORTED) is not None:
-        return f"{round(m[M_KV_REPORTED]):,}"
+    # llama.cpp logs both: its token figure is the context it was given (-c), the same for every arm; the
+    # buffer in MiB is what the KV dtype changes, so it is the capacity figure shown
     if m.get(M_KV_MIB) is not None:
         return f"{m[M_KV_MIB]:,.2f} MiB"
+    if m.get(M_KV_REPORTED) is not None:
+        return f"{round(m[M_KV_REPORTED]):,}"
     return FILL
 
 
