@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from quantrack.pricing import PriceTable
 
 FILL = "FILL IN"
+BASELINE_CELL = "— (baseline)"
 FORMATS = ("table", "md", "csv", "json")
 NO_RECORDS = "n/a: no per-question records"
 
@@ -367,8 +368,10 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             "delta": delta,
             "paired_test": test,
             "fallback": _fallback(r),
-            "top1_agree": FILL if m.get(M_TOP1) is None else f"{m[M_TOP1] * 100:.1f}%",
-            "kl": FILL if m.get(M_KL) is None else f"{m[M_KL]:.4f}",
+            # the baseline's own fidelity is not "not measured": it is what the others are scored against
+            "top1_agree": (BASELINE_CELL if arm == base_name else FILL) if m.get(M_TOP1) is None
+            else f"{m[M_TOP1] * 100:.1f}%",
+            "kl": (BASELINE_CELL if arm == base_name else FILL) if m.get(M_KL) is None else f"{m[M_KL]:.4f}",
             "status": _status(r),
         }
         table.rows.append(row)
@@ -376,7 +379,7 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
         p = (test_info or {}).get("mcnemar_p")
         measured_fid = m.get(M_TOP1) is not None or m.get(M_KL) is not None
         if not measured_fid:
-            fid = "— (baseline)" if is_base else FILL
+            fid = BASELINE_CELL if is_base else FILL
         else:  # the baseline's own figures are a self-check (it is scored against a second copy of itself)
             fid = f"{row['top1_agree']} / {row['kl']}" + (" (self)" if is_base else "")
         table.narrow.append({

@@ -242,8 +242,8 @@ def test_compare_fills_what_was_measured_and_nothing_else(study_run: StudyRun) -
     for arm in CANDIDATES:
         assert rows[arm]["top1_agree"] != FILL and rows[arm]["kl"] != FILL
         assert rows[arm]["delta"].endswith(" pts") and rows[arm]["paired_test"].startswith("McNemar p=")
-    # the baseline's own KL was never measured: it reads FILL IN, not 100% / 0
-    assert rows["F16"]["top1_agree"] == FILL and rows["F16"]["kl"] == FILL
+    # the baseline's own KL was never measured: it reads '— (baseline)', neither 100% / 0 nor FILL IN
+    assert rows["F16"]["top1_agree"] == rows["F16"]["kl"] == "— (baseline)"  # the baseline, not "not measured"
     # the run printed this very table (same runs, same widths) at its end
     lines = render(table, "table").splitlines()
     for line in lines[1:7]:  # header, rule, four arm rows

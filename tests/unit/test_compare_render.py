@@ -106,7 +106,8 @@ def test_values_come_from_the_files(logged: list[RunRow]) -> None:
     assert rows["fp8"]["gsm8k"] == "0.0% [0.0, 39.0] n=6"
     assert rows["fp8"]["delta"] == "+0.0 pts"
     assert rows["fp8"]["paired_test"].startswith("McNemar p=1 (n=")
-    assert rows["bf16"]["top1_agree"] == FILL and rows["bf16"]["kl"] == FILL
+    assert rows["bf16"]["top1_agree"] == rows["bf16"]["kl"] == "— (baseline)"  # not "not measured"
+    assert rows["fp8"]["top1_agree"] == FILL and rows["fp8"]["kl"] == FILL
 
 
 def test_no_records_marker(logged: list[RunRow]) -> None:
