@@ -200,6 +200,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("compare-timeout-nan", ["compare", "--experiment", "x", "--tracking-uri", "{closed}", "--timeout", "nan"],
      "--timeout"),
     ("compare-no-host", ["compare", "--experiment", "x", "--tracking-uri", "http://"], "--tracking-uri"),
+    ("compare-wide-not-table", ["compare", "--experiment", "x", "--wide", "--format", "md"], "--wide"),
+    ("run-quick-missing-study", ["run", "{missing}", "--quick"], "missing"),
     ("audit-missing-logs", ["audit", "--logs", "{missing}"], "missing"),
     ("audit-bogus-tracking", ["audit", "--experiment", "x", "--tracking-uri", "bogus://x"], "bogus"),
     ("sync-bogus-tracking", ["sync", "--tracking-uri", "bogus://x"], "bogus"),
