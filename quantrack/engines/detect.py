@@ -119,8 +119,7 @@ MARKERS: tuple[Marker, ...] = (
            "llamacpp-23652-slots-n-ctx.log, xllamacpp reference logs"),
 )
 # fmt: on
-ENGINES: tuple[str, ...] = ("vllm", "sglang", "llamacpp")
-
+from quantrack.engines import ENGINE_KINDS as ENGINES  # the one registry
 
 # Literal strings one of which every match of a marker contains: the marker's regex runs only on text that holds one
 # (a C-speed substring test), so detection costs a few microseconds per marker per block.
