@@ -23,7 +23,7 @@ The paired comparison, the interval and the planning multiplier need no scipy (`
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -146,22 +146,39 @@ class PairedComparison:
         return d
 
 
-def paired_counts(base: Mapping[int, QuestionRecord], arm: Mapping[int, QuestionRecord]) -> tuple[int, int, int, int]:
-    """(a, b, c, d) over ids both runs answered: a both right, b base only, c arm only, d both wrong."""
+def tally_pairs(pairs: Iterable[tuple[bool | None, bool | None]]) -> tuple[int, int, int, int]:
+    """(a, b, c, d) over (base right?, arm right?) pairs, a pair with None (not answered) skipped: a both right,
+    b base only, c arm only, d both wrong."""
     a = b = c = d = 0
-    for qid in sorted(set(base) & set(arm)):
-        rb, ra = base[qid], arm[qid]
-        if not (rb.answered and ra.answered):
+    for base_ok, arm_ok in pairs:
+        if base_ok is None or arm_ok is None:
             continue
-        if rb.correct and ra.correct:
+        if base_ok and arm_ok:
             a += 1
-        elif rb.correct:
+        elif base_ok:
             b += 1
-        elif ra.correct:
+        elif arm_ok:
             c += 1
         else:
             d += 1
     return a, b, c, d
+
+
+def paired_counts(base: Mapping[int, QuestionRecord], arm: Mapping[int, QuestionRecord]) -> tuple[int, int, int, int]:
+    """(a, b, c, d) over ids both runs answered: a both right, b base only, c arm only, d both wrong."""
+    def ok(r: QuestionRecord) -> bool | None:
+        return bool(r.correct) if r.answered else None
+
+    return tally_pairs((ok(base[q]), ok(arm[q])) for q in sorted(set(base) & set(arm)))
+
+
+def outcome_counts(base: str, arm: str) -> tuple[int, int, int, int]:
+    """(a, b, c, d) from two runs' per-question outcome strings (``Tag.GSM8K_CORRECT``: '1' right, '0' wrong,
+    '.' not answered), question by question up to the shorter one."""
+    def ok(ch: str) -> bool | None:
+        return None if ch == "." else ch == "1"
+
+    return tally_pairs((ok(x), ok(y)) for x, y in zip(base, arm))
 
 
 def compare_counts(a: int, b: int, c: int, d: int) -> PairedComparison:

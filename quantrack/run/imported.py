@@ -10,7 +10,7 @@ from typing import Any
 
 from quantrack.accuracy.gsm8k import EvalResult
 from quantrack.errors import BadInput
-from quantrack.run.orchestrate import _stored_baseline_accuracy
+from quantrack.run.orchestrate import stored_baseline_accuracy
 from quantrack.run.outcome import ArmOutcome, Progress
 from quantrack.run.record import record_for_arm
 from quantrack.run.steps import step_predict
@@ -146,6 +146,6 @@ def log_results(inputs: LogInputs, progress: Progress | None = None) -> tuple[Ru
         out.predicted = step_predict(study, arm, {})
     experiment = study.tracking.experiment or study.name
     tracker = Tracker(inputs.tracking_uri or study.tracking.uri, experiment, progress=progress)
-    baseline_acc = None if arm.baseline else _stored_baseline_accuracy(study, tracker)
+    baseline_acc = None if arm.baseline else stored_baseline_accuracy(study, tracker)
     rec = record_for_arm(study, out, experiment=experiment, baseline_accuracy=baseline_acc)
     return rec, tracker.log(rec)

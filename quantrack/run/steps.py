@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # --- node facts --------------------------------------------------------------------------------------------
 
-def node_facts(gpu_index: int = 0) -> dict[str, Any]:
+def local_node(gpu_index: int = 0) -> dict[str, Any]:
     """This node: hostname, and from NVML (quantrack.nvml) GPU name, compute capability, driver, CUDA, MIG.
 
     Without a driver the GPU facts stay unknown (absent), never guessed."""
