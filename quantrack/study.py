@@ -2,7 +2,7 @@
 
 Every command that takes a study (``preflight``, ``run``, ``serve``, ``log``, ``export skypilot``) reads it
 through ``load_study``, which validates every key once, completely, before anything starts: each field
-below is declared with ``quantrack.schema.setting`` (type from the hint, range, default, help), the same
+below is declared with ``quantrack.settings.setting`` (type from the hint, range, default, help), the same
 definition the command-line options of ``latency``/``sweep``/``eval``/``serve``/``preflight`` are built
 from, so a study key and its flag accept the same values. Errors are one line naming the file, the
 table and the key (``[sweep] input_tokens: expected an integer ≥ 1, got "x"``), with a did-you-mean
@@ -42,7 +42,7 @@ from quantrack.arms import Arm, arm_from_table, with_baseline
 from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, did_you_mean
-from quantrack.schema import build, convert, setting, settings, shown
+from quantrack.settings import build, convert, setting, settings, shown
 
 SHIPPED_SHOTS = 5  # quantrack/data/gsm8k/fewshot.jsonl: the first five train examples (a study has no --data-dir)
 
@@ -324,7 +324,7 @@ def _eval_table(table: dict[str, Any]) -> dict[str, Any]:
 def reference_markdown() -> str:
     """Every study key, generated from the schema (docs/study-reference.md is this text; a test keeps them equal)."""
     from quantrack.arms import ArmTable
-    from quantrack.schema import markdown_rows
+    from quantrack.settings import markdown_rows
 
     head = "| key | accepts | default | flag | meaning |\n|---|---|---|---|---|"
     kl = {v: f"kl.{k}" for k, v in _KL_KEYS.items()}
