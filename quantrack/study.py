@@ -131,7 +131,7 @@ class TrackingSpec:
 @dataclass(frozen=True)
 class DecisionSpec:
     """[decision]: the constraints `quantrack report` judges the arms by (grammar and checks:
-    quantrack.report.decision.constraints_from_table)."""
+    quantrack.constraints.constraints_from_table)."""
 
     slo: tuple[str, ...] = ()  # "tpot_p99<=30ms@64", ...
     max_accuracy_drop: str | None = None  # "1pp"
@@ -231,10 +231,10 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
         study = _study(data, source)
     except BadInput as exc:
         raise BadInput(f"study file {source!r}: {exc}") from None
-    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet: checked now, not when a fleet starts
-        from quantrack.fleet import parse_fleet
+    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet.spec: checked now, not when a fleet starts
+        from quantrack.fleet.spec import fleet_spec
 
-        parse_fleet(study)  # its messages name the file themselves
+        fleet_spec(study.fleet, study.gpu.name, study.source)  # its messages name the file themselves
     return study
 
 
@@ -281,7 +281,7 @@ def _study(data: dict[str, Any], source: str) -> Study:
 
 def _decision(table: Any, source: str) -> DecisionSpec:
     """[decision], checked with the report's own grammar before anything starts (prices: relative to the file)."""
-    from quantrack.report.decision import constraints_from_table
+    from quantrack.constraints import constraints_from_table
 
     c = constraints_from_table(table, "", Path(source).parent if source != "<study>" else None)
     return DecisionSpec(slo=tuple(s.text for s in c.slos), max_accuracy_drop=table.get("max_accuracy_drop"),

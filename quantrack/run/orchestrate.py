@@ -64,6 +64,7 @@ from quantrack.run.schema import (
     Tag,
 )
 from quantrack.run.steps import (
+    check_server_log,
     local_node,
     step_eval,
     step_kl,
@@ -341,7 +342,6 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     if opts.server_log and not opts.base_url:
         raise BadInput("--server-log goes with --base-url (a server quantrack did not start)")
     if opts.server_log:
-        from quantrack.run.imported import check_server_log
 
         check_server_log(Path(opts.server_log), study.engine.kind)
     prices = _load_prices(opts.prices)
