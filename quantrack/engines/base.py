@@ -6,13 +6,17 @@ format and the live endpoints. The rest of quantrack talks to engines only throu
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
+
+if TYPE_CHECKING:
+    from quantrack.engines.logparse import FileSource, RuleSpec
 
 
 @dataclass
@@ -57,6 +61,32 @@ class LogReport:
     @property
     def fell_back(self) -> bool:
         return bool(self.fallbacks)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A line that says "this engine wrote the log" (quantrack.engines.detect): a regular expression searched
+    anywhere in a line, its weight, where it was seen (a format string repo@sha:path:Lnn or a public log in
+    tests/data/public-logs/), and ``anchors``: literal strings one of which every match contains (the regex runs
+    only on text that holds one, a C-speed substring test)."""
+
+    engine: str
+    label: str
+    pattern: str
+    weight: int
+    source: str
+    anchors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LinePrefix:
+    """An engine's own line prefix (quantrack.engines.logparse.strip_prefix): ``pattern`` is anchored at the line's
+    start and may name the groups ``level`` and ``rank`` (a process or rank tag); ``first`` lists the characters
+    such a line can start with (the dispatch key); ``levels`` spells the level names out (llama.cpp's ``I``)."""
+
+    first: str
+    pattern: re.Pattern[str]
+    levels: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -156,13 +186,28 @@ class EngineAdapter(ABC):
         """Extra environment for the server process (arm env included)."""
         return {**spec.env, **spec.arm.env_dict}
 
+    # -- startup log (quantrack.engines.logparse, .detect) ----------------------------------------------
+    markers: tuple[Marker, ...] = ()  # lines that say this engine wrote a log, with their weights
+    line_prefixes: tuple[LinePrefix, ...] = ()  # this engine's own line prefixes, stripped before matching
+    # fallback and degraded-mode rules, also looked for in every other engine's log (one scan finds them all)
+    fallback_rules: Sequence[RuleSpec] = ()
+
     @abstractmethod
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        """Parse a startup log, streaming line by line."""
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        """Parse a startup log, streaming (text, lines, or a logparse.FileSource scanned in blocks);
+        ``extra_rules`` run in the same pass (the other engines' fallback catalogues)."""
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return self.parse_log(fh, source=str(path))
+        """A log the runner captured, streamed from disk; every engine's fallback catalogue is looked for too
+        (quantrack.engines.parse_log_file with this engine given; an empty or binary file gives not-found fields)."""
+        from quantrack.engines import parse_log_file
+
+        return parse_log_file(path, self.kind, strict=False)
+
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """The arm (weights x KV dtype) this engine's log establishes, or None and why not."""
+        return None, f"the arm is not read from a {self.label or self.kind} log"
 
     @abstractmethod
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:

@@ -12,10 +12,9 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
-from quantrack.arms import Arm
+from quantrack.arms import GGUF_TYPES, Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
 from quantrack.engines.logparse import (
     FileSource,
@@ -405,6 +404,11 @@ def have_llama_server(binary: str | None = None) -> bool:
     return shutil.which(binary or "llama-server") is not None
 
 
+# GGUF file types the log may name -> weights: the one table (quantrack.arms.GGUF_TYPES); an MXFP4 file type
+# is not read from a log yet
+_GGUF_WEIGHTS = {t: t for t in GGUF_TYPES if t != "mxfp4"}
+
+
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
     label = "llama.cpp"
@@ -461,14 +465,26 @@ class LlamacppAdapter(EngineAdapter):
             out.append(parse_llamacpp(post(path, body), k))
         return out
 
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        return parse_llamacpp_log(lines, source)
+    fallback_rules = FALLBACK_RULES
 
-    def parse_log_file(self, path: str | Path) -> LogReport:
-        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
-        from quantrack.engines import parse_log_file
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        return parse_llamacpp_log(lines, source, extra_rules)
 
-        return parse_log_file(path, self.kind, strict=False)
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """The GGUF file type names the weights; the K and V cache types the KV cache."""
+        from quantrack.arms import make_arm
+
+        quant = (report.quantization or "").strip().lower()
+        kv_raw = (report.kv_cache_dtype or "auto").strip().lower()
+        w = _GGUF_WEIGHTS.get(quant)
+        if w is None:
+            return None, (f"GGUF file type {report.quantization!r} is not one quantrack models" if quant else
+                          "the log has no GGUF file type line (print_info: file type)")
+        kv = kv_raw if "," not in kv_raw and kv_raw not in ("f16", "auto") else "auto"
+        if "," in kv_raw:
+            return None, f"K and V cache types differ ({report.kv_cache_dtype})"
+        return make_arm(f"{w}-kv-{kv}" if kv != "auto" else w, weights=w, kv=kv, dtype="auto"), ""
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """``/props``, ``/v1/models``, ``/slots``, ``/metrics``: llama-server's routes (ggml-org/llama.cpp

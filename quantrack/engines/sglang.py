@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from quantrack.arms import Arm
@@ -28,7 +27,7 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
-from quantrack.engines.vllm import GGUF_TYPES, rulebook_flags
+from quantrack.engines.vllm import GGUF_TYPES, hf_arm, rulebook_flags
 from quantrack.errors import BadInput
 
 
@@ -348,14 +347,21 @@ class SglangAdapter(EngineAdapter):
         path, body = sglang_request(ids, start, k)
         return parse_sglang(post(path, body), ids, start, k)
 
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        return parse_sglang_log(lines, source)
+    fallback_rules = FALLBACK_RULES
 
-    def parse_log_file(self, path: str | Path) -> LogReport:
-        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
-        from quantrack.engines import parse_log_file
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        return parse_sglang_log(lines, source, extra_rules)
 
-        return parse_log_file(path, self.kind, strict=False)
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """``--quantization`` of server_args or ``quant=`` of the load line name the weights' format.
+        ``dtype=torch.bfloat16`` is the activation dtype, and ``quantization=None`` also describes a pre-quantized
+        checkpoint, so neither establishes bf16 weights."""
+        quant = (report.quantization or "").strip().lower()
+        if quant == "none" and not report.extra.get("quant_from_load_line"):
+            return None, ("SGLang's quantization=None is printed for a pre-quantized checkpoint too, and the dtype= "
+                          "of its load line is the activation dtype: the weights' format is not in the log")
+        return hf_arm(report, "no server_args line with quantization=")
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """``/server_info`` first (the new name: the real 0.5.16 log says "Endpoint '/get_server_info'

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
@@ -469,6 +468,50 @@ def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSo
     return b.finish()
 
 
+# --- the arm a vLLM or SGLang log establishes (quantization method names: vLLM's, which SGLang shares) -----------
+_HF_WEIGHTS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "ptpc_fp8": "fp8", "fp8_w8a8": "fp8", "modelopt": "fp8",
+               "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "awq": "w4a16", "awq_marlin": "w4a16",
+               "w8a8_int8": "int8", "experts_int8": "int8"}
+_KV_WORDS = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp8_e4m3fn": "fp8_e4m3",
+             "nvfp4": "nvfp4", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+
+
+def hf_arm(report: LogReport, no_quantization: str) -> tuple[Arm | None, str]:
+    """The arm a Hugging Face checkpoint's log establishes (vLLM, SGLang): the quantization method's weights,
+    the model dtype when unquantized, the KV-cache dtype (``auto`` where it is the activation dtype).
+    ``no_quantization`` says which line was missing when the log names no quantization."""
+    from quantrack.arms import make_arm
+
+    quant = (report.quantization or "").strip().lower()
+    kv_raw = (report.kv_cache_dtype or "auto").strip().lower()
+    weights: str
+    w: str | None
+    if not quant:
+        return None, f"the log names no quantization ({no_quantization})"
+    if quant == "none":
+        if report.dtype not in ("bf16", "fp16", "fp32"):
+            return None, "unquantized, but the log names no model dtype"
+        weights = str(report.dtype)
+    else:
+        w = _HF_WEIGHTS.get(quant)
+        if w is None and quant == "compressed-tensors":
+            kern = (report.linear_kernel or "").lower()
+            w = "fp8" if "fp8" in kern else "nvfp4" if "fp4" in kern else "int8" if "int8" in kern else None
+            if w is None:
+                return None, "compressed-tensors checkpoint: its scheme (FP8, INT8, W4A16, NVFP4) is not in the log"
+        if not w:
+            return None, (f"quantization {report.quantization!r}: its bit width is not in the log" if quant.startswith(
+                "gptq") else f"quantization {report.quantization!r} is not one quantrack models")
+        weights = w
+    act = report.extra.get("activation_dtype") or report.dtype or "bf16"
+    kv_word = _KV_WORDS.get(kv_raw)
+    if kv_word is None:
+        return None, f"KV-cache dtype {report.kv_cache_dtype!r} is not one quantrack models"
+    kv = "auto" if kv_word in ("bf16", "fp16", "fp32") and kv_word == act else kv_word
+    quantization = None if quant == "none" else quant
+    return make_arm(None, weights=weights, kv=kv, quantization=quantization), ""
+
+
 # --- live queries -------------------------------------------------------------------------------
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -531,14 +574,15 @@ class VllmAdapter(EngineAdapter):
         path, body = vllm_request(ids, k)
         return parse_vllm(post(path, body), ids, start, k)
 
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        return parse_vllm_log(lines, source)
+    fallback_rules = FALLBACK_RULES
 
-    def parse_log_file(self, path: str | Path) -> LogReport:
-        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
-        from quantrack.engines import parse_log_file
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        return parse_vllm_log(lines, source, extra_rules)
 
-        return parse_log_file(path, self.kind, strict=False)
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """Only the engine banner's ``quantization=`` names the weights' format."""
+        return hf_arm(report, "no engine banner with quantization=")
 
     def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
         """Live facts. Endpoints are vLLM's own routes, as listed by the server at start-up in the
