@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from quantrack.arms import GGUF_TYPES, Arm
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.base import EngineAdapter, LaunchSpec, LinePrefix, LogReport, Marker
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -103,6 +103,50 @@ _USING_DEV = re.compile(r"using device (\S+) \((.+?)\)")                        
 _CPU_DEV = re.compile(r"- CPU\s+: (.+?) \(\d+ MiB")                                     # real xllamacpp log
 _FA_AUTO = re.compile(r"Flash Attention (enabled|not supported, set to disabled)")      # llama-context.cpp:L550-L553
 _FALLBACK_Q = re.compile(r"(\d+) of (\d+) tensor\(s\) required fallback quantization")  # llama-quant.cpp
+
+
+# llama.cpp's line prefix: ``0.00.291.950 I text`` (xllamacpp / llama-server with timestamps), or none at all
+LINE_PREFIXES = (
+    LinePrefix("0123456789", re.compile(r"^(?P<ts>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[DIWEN]) "),
+               {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "N": "INFO"}),
+)
+
+# --- detection (quantrack.engines.detect): lines that say llama.cpp wrote a log (and forks that keep its lines:
+# ik_llama.cpp, llama-cpp-python, lemonade builds)
+# Each marker names where it was seen: a format string (repo@sha:path:Lnn, engine-facts.md) or a public log kept
+# verbatim in tests/data/public-logs/ (named by its file there); anchors: literals every match contains.
+# fmt: off
+MARKERS: tuple[Marker, ...] = (
+    Marker("llamacpp", "llama.cpp loader", r"\bllama_model_loader: ", 6, "llama.cpp@0c1e57098:src/llama-model-loader.cpp:L825",
+           ("llama_model_loader: ",)),
+    Marker("llamacpp", "llama.cpp tensors", r"\b(?:llm_)?load_tensors: ", 5, "llama.cpp@0c1e57098:src/llama-model.cpp:L1924; llamacpp-6122-...",
+           ("load_tensors: ",)),
+    Marker("llamacpp", "llama.cpp model info", r"\b(?:print_info|llm_load_print_meta|llm_load_vocab|load_hparams): ", 5,
+           "llama.cpp@0c1e57098:src/llama-model-loader.cpp:L1805; llamacpp-10560-...",
+           ("print_info: ", "llm_load_print_meta: ", "llm_load_vocab: ", "load_hparams: ")),
+    Marker("llamacpp", "llama.cpp context", r"\b(?:llama_context|llama_new_context_with_model|create_memory): ", 6,
+           "llama.cpp@0c1e57098:src/llama-context.cpp:L309; iklcpp-237-mla-context.log",
+           ("llama_context: ", "llama_new_context_with_model: ", "create_memory: ")),
+    Marker("llamacpp", "llama.cpp KV cache", r"\bllama_kv_cache(?:_init|_unified(?:_iswa)?)?: ", 6,
+           "llama.cpp@0c1e57098:src/llama-kv-cache.cpp:L301; llamacpp-lcpp1939-docker-prefix.log",
+           ("llama_kv_cache",)),
+    Marker("llamacpp", "ggml backend", r"\bggml_(?:cuda_init|metal_init|vulkan|backend|init)\w*:", 5, "llamacpp-18011-rocm-strix-device.log",
+           ("ggml_",)),
+    Marker("llamacpp", "llama.cpp server", r"\bsrv +\w+: |\bslot +\w+: id +\d+ \| task|Available slots:|-> Slot \d+ - max context", 5,
+           "llamacpp-17300-server-4-slots.log, llamacpp-5104-old-server-slot.log",
+           ("srv ", "slot ", "Available slots:", "-> Slot ")),
+    Marker("llamacpp", "llama.cpp build", r"\b(?:main: )?build = \d+ \([0-9a-f]+\)|\bbuild_info: |\bllama-server\b|\bllama_perf_", 4,
+           "llamacpp-5137-cpu-only-old.log",
+           ("build = ", "build_info: ", "llama-server", "llama_perf_")),
+    Marker("llamacpp", "GGUF", r"\bGGUF V\d\b|\.gguf\b", 2, "llamacpp-10560-old-print-meta.log",
+           ("GGUF V", ".gguf")),
+    Marker("llamacpp", "offloaded layers", r"offloaded \d+/\d+ layers to GPU", 4, "llama.cpp@0c1e57098:src/llama-model.cpp:L1924",
+           ("layers to GPU",)),
+    Marker("llamacpp", "llama.cpp prefix", r"(?:^|\] )\d+\.\d\d\.\d\d\d\.\d\d\d [DIWEN] (?=\w)", 2,
+           "llamacpp-23652-slots-n-ctx.log, xllamacpp reference logs",
+           (" I ", " W ", " E ", " D ", " N ")),
+)
+# fmt: on
 
 EXPECTED = (
     "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
@@ -465,6 +509,8 @@ class LlamacppAdapter(EngineAdapter):
             out.append(parse_llamacpp(post(path, body), k))
         return out
 
+    markers = MARKERS
+    line_prefixes = LINE_PREFIXES
     fallback_rules = FALLBACK_RULES
 
     def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from quantrack.arms import Arm
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.base import EngineAdapter, LaunchSpec, LinePrefix, LogReport, Marker
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -71,6 +71,50 @@ _ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (\S+) backend
 _ATTN_MODEL = re.compile(r"Using (\S+) as attention backend")
 _MIN_CAP = re.compile(r"is not supported for the current GPU\. Minimum capability: (\d+)\. Current capability: (\d+)")
 _VERSION = re.compile(r"sglang(?: version|==| v)\s*(\d+\.\d+\.\d+\S*)", re.IGNORECASE)
+
+
+# SGLang's line prefix: ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text`` / 0.3's ``[16:43:29 TP0] text``
+LINE_PREFIXES = (
+    LinePrefix("[", re.compile(
+        r"^\[(?P<ts>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)"
+        r"(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?")),
+)
+
+# --- detection (quantrack.engines.detect): lines that say SGLang wrote a log
+# Each marker names where it was seen: a format string (repo@sha:path:Lnn, engine-facts.md) or a public log kept
+# verbatim in tests/data/public-logs/ (named by its file there); anchors: literals every match contains.
+# fmt: off
+MARKERS: tuple[Marker, ...] = (
+    Marker("sglang", "SGLang log prefix", r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\]", 2, "sglang-29575-max-total-tokens.log",
+           ("[1", "[2")),
+    Marker("sglang", "SGLang rank prefix", r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d (?:DP\d+ ?)?(?:PP\d+ ?)?(?:TP\d+)(?: ?EP\d+)?\]", 5,
+           "sglang-11716-tp8-init.log; 0.3 printed the time only: sglang-1612-v03-runtime-time-prefix.log",
+           (" TP",)),
+    Marker("sglang", "SGLang batch lines", r"(?:Prefill|Decode) batch\. #(?:new-seq|running-req): \d+", 5,
+           "sglang-1612-v03-runtime-time-prefix.log",
+           (" batch. #",)),
+    Marker("sglang", "SGLang server args", r"server_args=ServerArgs\(", 8, "sglang@v0.5.23:python/sglang/srt/server_args.py",
+           ("server_args=ServerArgs(",)),
+    Marker("sglang", "SGLang scheduler summary", r"max_total_num_tokens=\d+", 6, "sglang@v0.5.23:python/sglang/srt/managers/scheduler.py:L1269",
+           ("max_total_num_tokens=",)),
+    Marker("sglang", "SGLang KV pool", r"KV Cache is allocated\.|Memory pool end\.|Mamba Cache is allocated\.", 6,
+           "sglang@v0.5.23:python/sglang/srt/mem_cache/memory_pool.py:L2088",
+           ("KV Cache is allocated", "Memory pool end", "Mamba Cache is allocated")),
+    Marker("sglang", "SGLang weight load", r"Load weight (?:begin|end)\.", 6, "sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373",
+           ("Load weight ",)),
+    Marker("sglang", "SGLang init lines", r"Init torch distributed (?:begin|ends)|Capture (?:[\w ]+ )?(?:cuda|CUDA) graph (?:begin|end)|"
+           r"Using KV cache dtype: |Scheduler hit an exception", 4, "sglang-11716-..., sglang-ktransformers1870-...",
+           ("Init torch distributed", " graph begin", " graph end", "Using KV cache dtype", "Scheduler hit an exception")),
+    Marker("sglang", "SGLang name", r"\bsglang\b|\bSGLang\b|--mem-fraction-static|\bmem_fraction_static\b|--allow-auto-truncate", 4,
+           "sglang-4048-tp8-input-too-long.log ('--allow-auto-truncate')",
+           ("sglang", "SGLang", "mem-fraction-static", "mem_fraction_static", "allow-auto-truncate")),
+    Marker("sglang", "SGLang CUDA-graph progress bar", r"Capturing (?:num tokens \(num_tokens=\d+ |batches \((?:bs=\d+ )?)avail_mem=", 3,
+           "tests/data/logs/h200-util045/sglang-0.5.16-bf16.log (SGLang 0.5.16 tqdm bar)",
+           ("Capturing num tokens (", "Capturing batches (")),
+    Marker("sglang", "Marlin FP8 fallback text", r"does not have native support for FP8 computation", 1, "engine-facts §2.1",
+           ("native support for FP8",)),
+)
+# fmt: on
 
 EXPECTED = (
     "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
@@ -347,6 +391,8 @@ class SglangAdapter(EngineAdapter):
         path, body = sglang_request(ids, start, k)
         return parse_sglang(post(path, body), ids, start, k)
 
+    markers = MARKERS
+    line_prefixes = LINE_PREFIXES
     fallback_rules = FALLBACK_RULES
 
     def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
