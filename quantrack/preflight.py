@@ -207,7 +207,8 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
         return None, f"capacity not derived: {exc}"
     keep = ("naive_tokens", "engine_tokens", "engine_max_concurrency", "context_len", "fits", "naive_weights_gib",
             "engine_weights_gib", "engine_kv_gib", "engine_kv_mib", "kv_dtype", "basis")
-    return {k: pred[k] for k in keep if k in pred}, None
+    flat = pred.to_dict()
+    return {k: flat[k] for k in keep if k in flat}, None
 
 
 def _kv_cache_memory_bytes(req: PreflightRequest, arm: Arm) -> int | None:

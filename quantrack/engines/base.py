@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from quantrack.arms import Arm
 
 if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
     from quantrack.engines.logparse import FileSource, RuleSpec
 
 
@@ -204,6 +206,15 @@ class EngineAdapter(ABC):
         from quantrack.engines import parse_log_file
 
         return parse_log_file(path, self.kind, strict=False)
+
+    # -- capacity (quantrack.capacity: the arithmetic; the adapter picks its engine's reservation model) ------
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """The KV capacity this engine is predicted to log for one arm (derived); ``kv`` is the arm's KV dtype
+        for this model, ``settings`` the engine settings given (None: the engine's defaults)."""
+        from quantrack.errors import BadInput
+
+        raise BadInput(f"{self.label or self.kind}: no capacity model")
 
     def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
         """The arm (weights x KV dtype) this engine's log establishes, or None and why not."""

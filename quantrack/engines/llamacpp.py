@@ -12,7 +12,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import GGUF_TYPES, Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LinePrefix, LogReport, Marker
@@ -28,6 +28,10 @@ from quantrack.engines.logparse import (
     startup_only,
 )
 from quantrack.errors import BadInput
+
+if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
 
 # -ctk/-ctv spellings come from the rulebook (rules/methods.toml, llama.cpp@0c1e57098:common/arg.cpp:L304-L323).
 GPU_ONLY_WEIGHTS = {"fp8", "int8", "w4a16", "nvfp4"}
@@ -516,6 +520,13 @@ class LlamacppAdapter(EngineAdapter):
     def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
                   source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
         return parse_llamacpp_log(lines, source, extra_rules)
+
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """The whole context's KV cells, allocated at start (quantrack.capacity.predict_llamacpp)."""
+        from quantrack.capacity import predict_llamacpp
+
+        return predict_llamacpp(self.kind, shape, arm, kv, settings)
 
     def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
         """The GGUF file type names the weights; the K and V cache types the KV cache."""

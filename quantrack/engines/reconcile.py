@@ -299,7 +299,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     else:
         pred = predict_for_arm(shape, device, arm, report.engine, util=util, context_len=ctx, tp=sizes["tp"],
                                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                               gpu_name=catalog_gpu.name if catalog_gpu is not None else None)
+                               gpu_name=catalog_gpu.name if catalog_gpu is not None else None).to_dict()
         rows = _rank_rows(report, pred, sizes)
     return Reconciliation(
         log=str(path), engine=report.engine, arm=arm, arm_source=arm_source, model=shape.name,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LinePrefix, LogReport, Marker
@@ -29,6 +29,10 @@ from quantrack.engines.logparse import (
 )
 from quantrack.engines.vllm import GGUF_TYPES, hf_arm, rulebook_flags
 from quantrack.errors import BadInput
+
+if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
 
 
 # --- arm -> flags (spellings from the rulebook: rules/methods.toml; see vllm.py) -----------------------------------
@@ -398,6 +402,14 @@ class SglangAdapter(EngineAdapter):
     def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
                   source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
         return parse_sglang_log(lines, source, extra_rules)
+
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """SGLang's mem_fraction_static pool (quantrack.capacity.predict_sglang)."""
+        from quantrack.capacity import predict_sglang, share_basis
+
+        basis = share_basis(shape, gpu_memory_bytes, arm, kv, settings)
+        return predict_sglang(self.kind, shape, arm, kv, gpu_memory_bytes, settings, basis)
 
     def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
         """``--quantization`` of server_args or ``quant=`` of the load line name the weights' format.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
 from quantrack.engines import DEFAULT_UTIL
@@ -29,6 +29,10 @@ from quantrack.engines.logparse import (
     torch_dtype_short,
 )
 from quantrack.errors import BadInput
+
+if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
 
 # --- arm -> flags -------------------------------------------------------------------------------
 # Flag spellings per engine live in the rulebook (rules/methods.toml, quantrack.rulebook.engine_flags), each with
@@ -661,6 +665,14 @@ class VllmAdapter(EngineAdapter):
     def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
                   source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
         return parse_vllm_log(lines, source, extra_rules)
+
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """vLLM V1's profile-run budget (quantrack.capacity.predict_vllm)."""
+        from quantrack.capacity import predict_vllm, share_basis
+
+        basis = share_basis(shape, gpu_memory_bytes, arm, kv, settings)
+        return predict_vllm(self.kind, shape, arm, kv, gpu_memory_bytes, settings, basis)
 
     def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
         """Only the engine banner's ``quantization=`` names the weights' format."""
