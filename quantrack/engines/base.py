@@ -152,6 +152,10 @@ class EngineAdapter(ABC):
     allocates_full_context_kv: bool = False  # allocates the KV cache of the whole context at start (llama.cpp)
     profile_settings: bool = False  # max_num_batched_tokens / max_num_seqs shape its memory profile run
 
+    # its [engine.KIND] table of rules/methods.toml (flags, KV spellings, methods) when that file has none: an
+    # engine registered at run time (a plugin, the test engine) carries its own; the built-in ones are in the file
+    methods: Mapping[str, Any] | None = None
+
     max_prompt_logprobs: int | None = None  # the most top-k log-probabilities per prompt position by default
 
     # -- wire format (pure; quantrack.engines.scoring) ------------------------------------------------
