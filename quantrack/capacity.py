@@ -831,7 +831,7 @@ def predict_for_arm(
     ``gpu_name`` may name the device (vLLM's defaults depend on it). ``max_num_batched_tokens`` /
     ``max_num_seqs``: the settings vLLM profiles with (None: its defaults for this GPU).
     """
-    share = get_adapter(engine).gpu_memory_share if engine in ENGINES else True
+    share = get_adapter(engine).memory.gpu_share if engine in ENGINES else True
     if isinstance(gpu, GPU):
         if gpu.vendor == "cpu" and share:
             raise BadInput(f"{gpu.name} has no fixed memory; give a memory size instead")
@@ -903,7 +903,7 @@ def run_plan(req: PlanRequest) -> list[PlanRow]:
             row.engine = req.engine
             row.engine_tokens = pred.engine_tokens
             # weights per rank x ranks where the engine splits them (a GPU-share engine's TP)
-            row.engine_weights_bytes = pred.weights_bytes * (req.tp if get_adapter(req.engine).gpu_memory_share else 1)
+            row.engine_weights_bytes = pred.weights_bytes * (req.tp if get_adapter(req.engine).memory.gpu_share else 1)
             row.engine_kv_bytes = pred.kv_bytes
     return rows
 

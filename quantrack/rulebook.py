@@ -417,7 +417,7 @@ def _adapter_methods(engine: str) -> dict[str, Any] | None:
 def _release_versions(engine: str) -> bool:
     from quantrack.engines import get_adapter
 
-    return get_adapter(engine).release_versions
+    return get_adapter(engine).install.release_versions
 
 
 def engine_table(engine: str, engine_version: str | None = None, directory: str | Path | None = None) -> dict[str, Any]:

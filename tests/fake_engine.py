@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from quantrack import engines
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport, Marker
+from quantrack.engines.base import EngineAdapter, Install, LaunchSpec, LogReport, Marker, MemoryModel, Serving
 from quantrack.engines.logparse import FileSource, RuleSpec
 
 HERE = Path(__file__).resolve().parent
@@ -35,10 +35,9 @@ KIND = "fake"
 class FakeAdapter(EngineAdapter):
     kind = KIND
     label = "fake engine"
-    default_port = 0
-    gpu_memory_share = False  # a CPU process: no GPU, no memory share
-    needs_gpu = False
-    release_versions = False
+    serving = Serving(default_port=0)
+    memory = MemoryModel(gpu_share=False)  # a CPU process: no GPU, no memory share
+    install = Install(needs_gpu=False, release_versions=False)
     # the fixture's first line ("PORT 41234"): a weak marker, enough for a log that has nothing else
     markers = (Marker(KIND, "fixture port line", r"^PORT \d+$", 3, "tests/sse_fixture.py (__main__)", ("PORT ",)),)
     # the rulebook's table for this engine (rules/methods.toml has none): GGUF-like weights, two KV types

@@ -26,7 +26,7 @@ class _Entry:
 
     module: str
     attr: str
-    gpu_memory_share: bool
+    gpu_share: bool
     aliases: tuple[str, ...] = ()
     adapter: EngineAdapter | None = None
 
@@ -49,7 +49,7 @@ class EngineKinds(Sequence[str]):
         self._gpu_only = gpu_only
 
     def _names(self) -> tuple[str, ...]:
-        return tuple(k for k, e in _REGISTRY.items() if e.gpu_memory_share or not self._gpu_only)
+        return tuple(k for k, e in _REGISTRY.items() if e.gpu_share or not self._gpu_only)
 
     @overload
     def __getitem__(self, i: int) -> str: ...
@@ -80,7 +80,7 @@ class EngineKinds(Sequence[str]):
 
 
 ENGINE_KINDS = EngineKinds()
-# the engines with a GPU memory-share model (``EngineAdapter.gpu_memory_share``), for option choices that must
+# the engines with a GPU memory-share model (``EngineAdapter.memory.gpu_share``), for option choices that must
 # not import the adapters (a test checks the two agree)
 GPU_ENGINE_KINDS = EngineKinds(gpu_only=True)
 DEFAULT_ENGINE = "vllm"  # where a command or a study names none
@@ -97,7 +97,7 @@ def register(adapter: EngineAdapter, *, aliases: Iterable[str] = ()) -> None:
     if not kind or kind in _REGISTRY:
         raise BadInput(f"cannot register engine {adapter.kind!r}: "
                        + ("it is registered already" if kind else "the adapter has no kind"))
-    _REGISTRY[kind] = _Entry(type(adapter).__module__, type(adapter).__qualname__, adapter.gpu_memory_share,
+    _REGISTRY[kind] = _Entry(type(adapter).__module__, type(adapter).__qualname__, adapter.memory.gpu_share,
                              tuple(a.lower() for a in aliases), adapter)
     _generation += 1
 

@@ -15,7 +15,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import GGUF_TYPES, Arm
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LinePrefix, LogReport, Marker
+from quantrack.engines.base import (
+    EngineAdapter,
+    Install,
+    LaunchSpec,
+    LinePrefix,
+    LogReport,
+    Marker,
+    MemoryModel,
+    Serving,
+)
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -460,20 +469,22 @@ _GGUF_WEIGHTS = {t: t for t in GGUF_TYPES if t != "mxfp4"}
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
     label = "llama.cpp"
-    default_port = 8080
-    health_path = "/health"  # 200 with {"status": "ok"} once the model is loaded
-    health_needs_status_ok = True
-    gpu_memory_share = False
-    serves_local_file = True
-    has_slots = True
+    # /health: 200 with {"status": "ok"} once the model is loaded
+    serving = Serving(default_port=8080, health_path="/health", health_needs_status_ok=True, local_file=True,
+                      refuses_context_over_max=False)
+    memory = MemoryModel(gpu_share=False, slots=True, full_context_kv=True)
+    install = Install(quantrack_extra="[cpu]", needs_gpu=False, release_versions=False)
     server_timing = "llama.cpp timings.predicted_per_token_ms"
-    needs_gpu = False
-    quantrack_extra = "[cpu]"
-    kv_type_names_arm = True
-    release_versions = False
     loaded_fields = ("model_buffers_mib", "offloaded_layers", "kv_mib", "kv_cache_tokens")
-    refuses_context_over_max = False
-    allocates_full_context_kv = True
+
+    def serve_arm(self, spec: str) -> Arm:
+        """``serve --arm q8_0``: a bare KV type names an f16 arm with that KV cache."""
+        from quantrack.arms import KV_DTYPES, make_arm
+
+        s = spec.strip().lower()
+        if "=" not in s and s in KV_DTYPES and s != "auto":
+            return make_arm(f"kv-{s}", weights="f16", kv=s)
+        return super().serve_arm(spec)
 
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """One slot and one thread: the candidate it runs beside keeps its own threads."""

@@ -132,10 +132,10 @@ class Reconciliation:
 
 
 def _check_flags(adapter: EngineAdapter, report: LogReport, **flags: int | None) -> None:
-    if not adapter.profile_settings and (flags["max_num_batched_tokens"] or flags["max_num_seqs"]):
+    if not adapter.memory.profile_settings and (flags["max_num_batched_tokens"] or flags["max_num_seqs"]):
         raise BadInput(f"--max-num-batched-tokens / --max-num-seqs are vLLM's profile settings; this is a "
                        f"{report.engine} log")
-    if not adapter.has_slots and flags["slots"]:
+    if not adapter.memory.slots and flags["slots"]:
         raise BadInput(f"--slots is llama.cpp's -np; this is a {report.engine} log")
 
 
@@ -158,7 +158,7 @@ def _layout(report: LogReport, adapter: EngineAdapter, flags: dict[str, int | No
             sizes[dim], layout_basis[dim] = int(logged["size"]), logged["source"]
         else:
             sizes[dim], layout_basis[dim] = 1, "assumed 1: the log names no size (pass --" + dim + ")"
-    if adapter.has_slots:  # one process, its KV cache split into slots: no rank layout
+    if adapter.memory.slots:  # one process, its KV cache split into slots: no rank layout
         sizes["tp"], sizes["pp"], sizes["dp"] = 1, 1, 1
     if sizes["pp"] > 1:
         raise BadInput(f"pipeline parallelism (pp {sizes['pp']}: {layout_basis['pp']}) is not modelled: the layer "
@@ -267,7 +267,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     adapter = get_adapter(report.engine)
     _check_flags(adapter, report, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                  slots=slots)
-    if adapter.profile_settings:  # the settings the log says it ran with ("non-default args"), unless given
+    if adapter.memory.profile_settings:  # the settings the log says it ran with ("non-default args"), unless given
         max_num_batched_tokens = max_num_batched_tokens or report.extra.get("max_num_batched_tokens")
         max_num_seqs = max_num_seqs or report.extra.get("max_num_seqs")
     # a catalog name, or ORG/NAME[@REV] from the Hub (headers); or a shape the CLI resolved (--config/--gguf/--params)
@@ -288,13 +288,13 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     catalog_gpu = get_gpu(gpu) if gpu else None
     device: Any
     memory_basis: str | None
-    if adapter.has_slots:
+    if adapter.memory.slots:
         device, memory_basis = catalog_gpu or 0.0, None
     else:
         device, memory_basis = _device(report, catalog_gpu, vram)
     if util is None:
         util = report.extra.get("gpu_memory_utilization") or report.extra.get("mem_fraction_static")
-    if adapter.has_slots:
+    if adapter.memory.slots:
         rows, pred, sizes, layout_basis, ctx = _slot_rows(report, shape, arm, slots, context_len, ctx)
     else:
         pred = predict_for_arm(shape, device, arm, report.engine, util=util, context_len=ctx, tp=sizes["tp"],
@@ -307,7 +307,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
         memory_gib=round(float(getattr(device, "total_bytes", device)) / GiB, 4) if memory_basis else None,
         parallel=sizes, parallel_basis=layout_basis,
         settings={k: pred["prediction"]["settings"].get(k) for k in ("max_num_batched_tokens", "max_num_seqs")
-                  if k in pred["prediction"]["settings"]} if adapter.profile_settings else {},
+                  if k in pred["prediction"]["settings"]} if adapter.memory.profile_settings else {},
         context_len=ctx, util=util, rows=rows, engine_evidence=report.engine_evidence,
         prediction=pred, basis={"predicted": "derived", "log": "measured (engine log)"})
 

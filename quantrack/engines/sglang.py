@@ -13,7 +13,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LinePrefix, LogReport, Marker
+from quantrack.engines.base import (
+    EngineAdapter,
+    Install,
+    LaunchSpec,
+    LinePrefix,
+    LogReport,
+    Marker,
+    MemoryModel,
+    Serving,
+)
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -376,10 +385,10 @@ def parse_server_info(obj: Any) -> dict[str, Any]:
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
     label = "SGLang"
+    serving = Serving(default_port=30000, health_path="/health")
+    memory = MemoryModel(gpu_share=True)
+    install = Install(pip_requirement="sglang")
     loaded_fields = ("weights_gib", "kv_cache_tokens", "available_kv_gib")
-    pip_requirement = "sglang"
-    default_port = 30000
-    health_path = "/health"
 
     def launch_argv(self, spec: LaunchSpec) -> list[str]:
         model = spec.arm.model or spec.model

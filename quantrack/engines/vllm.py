@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
 from quantrack.engines import DEFAULT_UTIL
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LinePrefix, LogReport, Marker
+from quantrack.engines.base import (
+    EngineAdapter,
+    Install,
+    LaunchSpec,
+    LinePrefix,
+    LogReport,
+    Marker,
+    MemoryModel,
+    Serving,
+)
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -634,14 +643,13 @@ def parse_models(obj: Any) -> dict[str, Any]:
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     label = "vLLM"
-    default_util = DEFAULT_UTIL  # vllm 0.25.0 vllm/config/cache.py:L68
-    start_checks_memory_share = True  # vllm@4ba787ec9:vllm/v1/worker/utils.py:L761-L770 (engine-facts §4.1)
-    profile_settings = True
-    cuda_gated = True
+    # /health: listed in the real 0.25 log ("Route: /health, Methods: GET")
+    serving = Serving(default_port=8000, health_path="/health")
+    # default share: vllm 0.25.0 vllm/config/cache.py:L68; the start check: vllm@4ba787ec9:vllm/v1/worker/utils.py:
+    # L761-L770 (engine-facts §4.1)
+    memory = MemoryModel(gpu_share=True, default_share=DEFAULT_UTIL, start_checks_share=True, profile_settings=True)
+    install = Install(pip_requirement="vllm", cuda_gated=True)
     loaded_fields = ("weights_gib", "kv_cache_tokens", "available_kv_gib", "num_gpu_blocks", "kv_tokens_limit")
-    pip_requirement = "vllm"
-    default_port = 8000
-    health_path = "/health"  # listed in the real 0.25 log: "Route: /health, Methods: GET"
 
     def launch_argv(self, spec: LaunchSpec) -> list[str]:
         model = spec.arm.model or spec.model

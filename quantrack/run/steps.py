@@ -114,7 +114,7 @@ def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> ArmPrediction:
     kv_fixed = kv_cache_memory_bytes_in([*arm.engine_args, *study.engine.args])
     pred = predict_for_arm(shape, gpu, arm, study.engine.kind, util=study.gpu.util,
                            context_len=study.context_len, tp=study.gpu.count, kv_cache_memory_bytes=kv_fixed)
-    if get_adapter(study.engine.kind).has_slots and study.parallel > 1:
+    if get_adapter(study.engine.kind).memory.slots and study.parallel > 1:
         eng = predict_engine(shape, float(gpu.total_bytes) or 1.0, arm, study.engine.kind,
                              context_len=study.context_len, n_parallel=study.parallel)
         pred = whole_cache_prediction(arm, study.engine.kind, eng)

@@ -45,7 +45,7 @@ def test_the_registry_is_the_one_list_of_engines() -> None:
     for mod in (capacity, rulebook, study, kl, client):
         assert mod.ENGINES is ENGINE_KINDS, mod.__name__
     assert DEFAULT_ENGINE in ENGINE_KINDS
-    assert GPU_ENGINE_KINDS == tuple(k for k in ENGINE_KINDS if get_adapter(k).gpu_memory_share)
+    assert GPU_ENGINE_KINDS == tuple(k for k in ENGINE_KINDS if get_adapter(k).memory.gpu_share)
 
 
 def test_no_engine_name_outside_the_engines_package() -> None:
@@ -65,13 +65,13 @@ def test_the_name_check_sees_a_branch_and_skips_a_docstring(tmp_path: Path) -> N
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
 def test_every_adapter_answers_the_interface(kind: str) -> None:
     a = get_adapter(kind)
-    assert a.kind == kind and a.label and a.health_path.startswith("/")
+    assert a.kind == kind and a.label and a.serving.health_path.startswith("/")
     path, body = a.tokenize_request("hello", add_special=True, model="m")
     assert path == "/tokenize" and "hello" in body.values()
     assert isinstance(a.fixed_length_fields(8), dict)
     spec = LaunchSpec(model="/m.gguf", arm=make_arm("x", weights="f16"), context_len=512, util=0.5, parallel=4)
     side = a.side_server_spec(spec, 0.3)
-    assert side.parallel == 1 and side.util == (0.3 if a.gpu_memory_share else None)
+    assert side.parallel == 1 and side.util == (0.3 if a.memory.gpu_share else None)
     assert side.context_len == 512 and side.tp == spec.tp
 
 
@@ -108,7 +108,7 @@ def test_one_default_util() -> None:
     from quantrack.engines import DEFAULT_UTIL
     from quantrack.study import GpuSpec
 
-    assert get_adapter("vllm").default_util == DEFAULT_UTIL == GpuSpec().util
+    assert get_adapter("vllm").memory.default_share == DEFAULT_UTIL == GpuSpec().util
     assert inspect.signature(capacity.plan).parameters["util"].default == DEFAULT_UTIL
     literal = re.compile(r"(?<![\d.])0\.92(?!\d)")
     hits = [f"{p.relative_to(PKG)}:{no}" for p in sorted(PKG.rglob("*.py"))
