@@ -20,6 +20,7 @@ from quantrack.engines.base import (
     Install,
     LaunchSpec,
     LinePrefix,
+    LiveFacts,
     LogReport,
     Marker,
     MemoryModel,
@@ -554,13 +555,13 @@ class LlamacppAdapter(EngineAdapter):
             return None, f"K and V cache types differ ({report.kv_cache_dtype})"
         return make_arm(f"{w}-kv-{kv}" if kv != "auto" else w, weights=w, kv=kv, dtype="auto"), ""
 
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """``/props``, ``/v1/models``, ``/slots``, ``/metrics``: llama-server's routes (ggml-org/llama.cpp
         tools/server README "API Endpoints"; all four answered 200 from the xllamacpp server here)."""
         import httpx
 
         base = base_url.rstrip("/")
-        out: dict[str, Any] = {"engine": "llamacpp", "base_url": base}
+        out: dict[str, Any] = {}
         with httpx.Client(timeout=timeout) as client:
             r = client.get(f"{base}/props")
             if r.status_code == 200:
@@ -574,4 +575,4 @@ class LlamacppAdapter(EngineAdapter):
             r = client.get(f"{base}/metrics")
             if r.status_code == 200:
                 out["metrics"] = parse_llamacpp_metrics(r.text)
-        return out
+        return LiveFacts(self.kind, base, out)

@@ -18,6 +18,7 @@ from quantrack.engines.base import (
     Install,
     LaunchSpec,
     LinePrefix,
+    LiveFacts,
     LogReport,
     Marker,
     MemoryModel,
@@ -430,14 +431,14 @@ class SglangAdapter(EngineAdapter):
                           "of its load line is the activation dtype: the weights' format is not in the log")
         return hf_arm(report, "no server_args line with quantization=")
 
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """``/server_info`` first (the new name: the real 0.5.16 log says "Endpoint '/get_server_info'
         is deprecated ... Please use '/server_info' instead."), then ``/get_server_info``
         (listed in SGLang's native-API docs, sgl-project docs "SGLang Native APIs")."""
         import httpx
 
         base = base_url.rstrip("/")
-        out: dict[str, Any] = {"engine": "sglang", "base_url": base}
+        out: dict[str, Any] = {}
         with httpx.Client(timeout=timeout) as client:
             for path in ("/server_info", "/get_server_info"):
                 r = client.get(f"{base}{path}")
@@ -445,4 +446,4 @@ class SglangAdapter(EngineAdapter):
                     out.update(parse_server_info(r.json()))
                     out["endpoint"] = path
                     break
-        return out
+        return LiveFacts(self.kind, base, out)

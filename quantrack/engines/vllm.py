@@ -19,6 +19,7 @@ from quantrack.engines.base import (
     Install,
     LaunchSpec,
     LinePrefix,
+    LiveFacts,
     LogReport,
     Marker,
     MemoryModel,
@@ -686,13 +687,13 @@ class VllmAdapter(EngineAdapter):
         """Only the engine banner's ``quantization=`` names the weights' format."""
         return hf_arm(report, "no engine banner with quantization=")
 
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """Live facts. Endpoints are vLLM's own routes, as listed by the server at start-up in the
         real 0.25 logs (``Route: /version``, ``Route: /v1/models``, ``Route: /metrics``)."""
         import httpx
 
         base = base_url.rstrip("/")
-        out: dict[str, Any] = {"engine": "vllm", "base_url": base}
+        out: dict[str, Any] = {}
         with httpx.Client(timeout=timeout) as client:
             r = client.get(f"{base}/version")
             if r.status_code == 200:
@@ -703,7 +704,7 @@ class VllmAdapter(EngineAdapter):
             r = client.get(f"{base}/metrics")
             if r.status_code == 200:
                 out.update(parse_metrics(r.text))
-        return out
+        return LiveFacts(self.kind, base, out)
 
     @staticmethod
     def binary_available(binary: str | None = None) -> bool:
