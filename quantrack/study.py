@@ -32,7 +32,7 @@ Example::
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -254,8 +254,10 @@ def _study(data: dict[str, Any], source: str) -> Study:
     model: ModelSpec = sections["model"]
     if not (model.name or model.path or model.config or model.gguf):
         raise BadInput("[model]: needs one of name, path, config or gguf")
-
-    arms = _arms(data.get("arms"), data.get("baseline"))
+    folder = Path(source).parent if source != "<study>" else None
+    model = replace(model, path=local_model_path(model.path, folder), gguf=local_model_path(model.gguf, folder, True))
+    arms = [replace(a, model=local_model_path(a.model, folder)) for a in _arms(data.get("arms"), data.get("baseline"))]
+    _check_model_refs(model, arms)
     names = [a.name for a in arms]
     ev: EvalSpec = sections["eval"]
     unknown_kl = [n for n in ev.kl_arms if n not in names]
@@ -277,6 +279,39 @@ def _study(data: dict[str, Any], source: str) -> Study:
         sweep=sections["sweep"], eval=ev, tracking=sections["tracking"], fleet=top.get("fleet", {}), source=source,
         decision=_decision(data["decision"], source) if "decision" in data else DecisionSpec(),
     )
+
+
+def local_model_path(value: str | None, folder: Path | None, is_file: bool = False) -> str | None:
+    """A local GGUF value made absolute against the study file's folder; anything else unchanged.
+
+    Local = ``is_file`` (``[model] gguf``), a value ending in ``.gguf`` (or ``.gguf:<type>``, your own file
+    requantized), or one starting ``./`` / ``../``. ``~`` is expanded; HF ids (``org/name``), model references
+    (``qwen2.5-coder-0.5b:Q8_0``) and absolute paths stay as written."""
+    if not value or folder is None:
+        return value
+    from quantrack.models_ref import parse_file_ref, parse_ref
+
+    if parse_ref(value) is not None:
+        return value
+    own = parse_file_ref(value)
+    path, suffix = (own[0], value[len(own[0]):]) if own else (value, "")
+    local = is_file or path.lower().endswith(".gguf") or path.startswith(("./", "../", "~"))
+    if not local:
+        return value
+    p = Path(path).expanduser()
+    return (str(p if p.is_absolute() else (folder / p).resolve())) + suffix
+
+
+def _check_model_refs(model: ModelSpec, arms: list[Arm]) -> None:
+    """Model references quantrack cannot provision are refused when the study is read (nothing is fetched)."""
+    from quantrack.models_ref import check_model_value
+
+    for where, value in (("[model] path", model.path), ("[model] gguf", model.gguf),
+                         *((f"[[arms]] {a.name!r} model", a.model) for a in arms)):
+        try:
+            check_model_value(value)
+        except BadInput as exc:
+            raise BadInput(f"{where}: {exc}") from None
 
 
 def _decision(table: Any, source: str) -> DecisionSpec:
