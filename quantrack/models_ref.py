@@ -325,12 +325,34 @@ def _provision(entry: KnownModel, qtype: str, cache: Path, progress: Progress | 
     return dst
 
 
+def local_gguf(value: str | None) -> Path | None:
+    """The local GGUF file a model value names (``x.gguf`` or your own ``x.gguf:TYPE``), else None."""
+    if not value or parse_ref(value) is not None:
+        return None
+    own = parse_file_ref(value)
+    path = own[0] if own else value
+    return Path(path).expanduser() if path.lower().endswith(".gguf") else None
+
+
+def check_local_files(study: Any) -> None:
+    """Refuse a study whose ``[model]`` or arm names a local GGUF file that does not exist (one line, exit 2)."""
+    values = [("[model] path", study.model.path), ("[model] gguf", study.model.gguf),
+              *((f"[[arms]] {a.name!r} model", a.model) for a in study.arms)]
+    for where, value in values:
+        path = local_gguf(value)
+        if path is not None and not path.is_file():
+            src = f"study file {study.source!r}: " if getattr(study, "source", None) else ""
+            raise BadInput(f"{src}{where}: GGUF file {str(path)!r} does not exist (a relative path is read from the "
+                           "study file's folder)")
+
+
 def resolve_study(study: Any, *, cache_dir: str | Path | None = None,
                   progress: Progress | None = None) -> tuple[Any, dict[str, ResolvedModel]]:
     """The study with every arm's ``model`` reference (and ``[model] path``/``gguf``) replaced by its file.
 
     Returns (study, {ref: ResolvedModel}); a study without references comes back unchanged.
     """
+    check_local_files(study)
     resolved: dict[str, ResolvedModel] = {}
 
     def local(value: str | None) -> str | None:
@@ -367,5 +389,5 @@ SMOLLM2_BASELINE_NOTE = (
 )
 
 __all__ = ["HF_BF16", "MAKEABLE", "MAKEABLE_NOTE", "SMOLLM2_BASELINE_NOTE", "KnownModel", "ResolvedModel",
-           "cached_path", "check_model_value", "is_ref", "known_models", "load_table", "own_file_path", "parse_file_ref",
+           "cached_path", "check_local_files", "check_model_value", "is_ref", "known_models", "load_table", "local_gguf", "own_file_path", "parse_file_ref",
            "parse_ref", "references_markdown", "resolve", "resolve_study"]
