@@ -252,3 +252,21 @@ def test_real_download_of_the_0_5b_checkpoint(tmp_path: Path) -> None:
     assert got.path.stat().st_size == entry.bytes
     assert gguf_models.sha256_file(got.path) == entry.sha256
     assert str(gguf.GGUFReader(str(got.path)).fields["general.architecture"].contents()) == "qwen2"
+
+
+def test_the_cpu_qwen_studies_load_and_their_questions_figure_is_quantracks_own() -> None:
+    """examples/cpu-qwen2.5-coder-0.5b*.toml: the full study asks all 1,319 questions because quantrack's planning
+    figure for a 5-point change is 1,570 at no prior (q = 0.5) and 1,319 at a 30% baseline; the subset is what ran."""
+    from quantrack.report.decision import questions_needed
+    from quantrack.study import load_study
+
+    assert questions_needed(None, 0.05) == 1570 and questions_needed(0.30, 0.05) == 1319
+    full = load_study(EXAMPLES / "cpu-qwen2.5-coder-0.5b.toml")
+    assert full.eval.num_questions == 1319 and [a.name for a in full.arms] == ["F16", "Q4_0", "Q8_0-kvq8_0", "Q8_0"]
+    assert {a.model for a in full.arms} == {"qwen2.5-coder-0.5b:F16", "qwen2.5-coder-0.5b:Q4_0",
+                                            "qwen2.5-coder-0.5b:Q8_0"}
+    text = (EXAMPLES / "cpu-qwen2.5-coder-0.5b.toml").read_text()
+    assert "1,570" in text and "1,319" in text
+    subset = load_study(EXAMPLES / "cpu-qwen2.5-coder-0.5b-subset.toml")
+    assert subset.eval.num_questions == 60 and subset.engine.args == ("-t", "1")
+    assert [a.name for a in subset.arms] == ["F16", "Q4_0", "Q8_0-kvq8_0"]
