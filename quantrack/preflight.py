@@ -441,9 +441,12 @@ def _apply_overrides(study: Any, o: dict[str, Any]) -> Any:
 
 def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     """A request from a study file; non-None ``overrides`` (from flags) win over the file."""
+    from quantrack.models_ref import check_local_files
     from quantrack.study import load_study
 
-    study, unprovisioned = peek_model_refs(_apply_overrides(load_study(path), overrides))
+    loaded = _apply_overrides(load_study(path), overrides)
+    check_local_files(loaded)  # a GGUF file that is not there is refused, not allowed
+    study, unprovisioned = peek_model_refs(loaded)
     model = None
     if study.model.name:
         from quantrack.hub import resolve_model
