@@ -133,7 +133,7 @@ def _requested_quantization(r: ArmRun) -> str | None:
         from quantrack.engines import get_adapter
 
         try:
-            gguf = get_adapter(engine).serves_local_file
+            gguf = get_adapter(engine).serving.local_file
         except QuantrackError:  # an engine this quantrack does not know: its param as logged
             gguf = False
         if gguf:
@@ -184,15 +184,6 @@ def apply_probes(rows: list[AuditRow], probes: dict[str, dict[str, str | None]])
     return warnings
 
 
-def _after_load(engine: str) -> tuple[str, ...]:
-    """Figures printed only once the weights are on the device (where the fallback lines are printed), per
-    engine (``EngineAdapter.loaded_fields``); a banner, server args or llama.cpp's print_info (the GGUF header)
-    come before it and do not count."""
-    from quantrack.engines import get_adapter
-
-    return get_adapter(engine).loaded_fields
-
-
 def log_verdict(report: LogReport) -> tuple[bool | None, str | None]:
     """(fell back, why unknown) for one parsed log: True when any catalogue found a fallback line; False only when
     the log was read far enough to have printed one; None with the reason otherwise."""
@@ -201,8 +192,11 @@ def log_verdict(report: LogReport) -> tuple[bool | None, str | None]:
     if report.engine is None:
         det = report.detection or {}
         return None, f"engine not recognised ({det.get('reason') or report.extra.get('detected') or 'no markers'})"
-    after_load = _after_load(report.engine)
-    if not any((getattr(report, f) if hasattr(report, f) else report.extra.get(f)) is not None for f in after_load):
+    from quantrack.engines import get_adapter
+
+    # figures printed only once the weights are on the device (where fallback lines are printed); a banner, server
+    # args or llama.cpp's print_info (the GGUF header) come before it and do not count
+    if not get_adapter(report.engine).loaded(report):
         if report.errors:
             first = report.errors[0]
             return None, (f"the engine failed before loading the weights ({first.kind} at line {first.line_no}): "

@@ -84,12 +84,12 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
 
 
 def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
-    arm, rep, live, node = out.arm, out.log_report, out.live or {}, out.node
+    arm, rep, live, node = out.arm, out.log_report, out.live, out.node
     # what was run, where
     rec.param(Param.STUDY, study.name)
     rec.param(Param.ARM, arm.name)
     rec.param(Param.ENGINE, study.engine.kind)
-    rec.param(Param.ENGINE_VERSION, (rep.engine_version if rep is not None else None) or live.get("engine_version")
+    rec.param(Param.ENGINE_VERSION, (rep.engine_version if rep is not None else None) or (live.engine_version if live is not None else None)
               or study.engine.version)
     rec.param(Param.MODEL, arm.model or study.model.path or study.model.gguf or study.model.name)
     rec.param(Param.MODEL_NAME, study.model.name)
@@ -113,7 +113,7 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     rec.param(Param.GPU_UTIL, study.gpu.util)
     rec.param(Param.MAX_MODEL_LEN, study.context_len)
     rec.param(Param.TP, study.gpu.count)
-    rec.param(Param.PARALLEL, study.parallel if get_adapter(study.engine.kind).has_slots else None)
+    rec.param(Param.PARALLEL, study.parallel if get_adapter(study.engine.kind).memory.slots else None)
     rec.param(Param.INPUT_TOKENS, study.latency.input_tokens)
     rec.param(Param.OUTPUT_TOKENS, study.latency.output_tokens)
     rec.param(Param.LATENCY_WARMUP, study.latency.warmup)
@@ -220,7 +220,7 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
     if rep is not None:
         rec.artifacts[Artifact.SERVER_LOG_REPORT] = json.dumps(rep.to_dict(), indent=1, default=str)
     if out.live:
-        rec.artifacts[Artifact.SERVER_LIVE] = json.dumps(out.live, indent=1, default=str)
+        rec.artifacts[Artifact.SERVER_LIVE] = json.dumps(out.live.to_dict(), indent=1, default=str)
     if out.latency is not None:
         rec.artifacts[Artifact.LATENCY_LATENCY] = json.dumps(out.latency.to_row(), indent=1, default=str)
     elif out.latency_row is not None:
@@ -243,14 +243,13 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
 
 def fallback_state(rep: LogReport) -> str:
     """``yes`` (the log shows a fallback), ``no`` (a log of a known engine that got as far as loading the
-    weights, ``EngineAdapter.loaded_fields``, and shows none), else ``unknown``: a log that says nothing is never
+    weights, ``EngineAdapter.loaded``, and shows none), else ``unknown``: a log that says nothing is never
     read as "no fallback" (the same rule as ``quantrack audit``)."""
     if rep.fallbacks:
         return schema.FALLBACK_YES
     if rep.engine is None:
         return schema.FALLBACK_UNKNOWN
-    loaded = get_adapter(rep.engine).loaded_fields
-    if any((getattr(rep, f) if hasattr(rep, f) else rep.extra.get(f)) is not None for f in loaded):
+    if get_adapter(rep.engine).loaded(rep):
         return schema.FALLBACK_NO
     return schema.FALLBACK_UNKNOWN
 
