@@ -122,7 +122,7 @@ def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 20) -> None:
 
 
 def _record(experiment: str, writer: int, i: int, n_metrics: int, artifact_bytes: int) -> Any:
-    from quantrack.store.tracking import RunRecord
+    from quantrack.store.records import RunRecord
 
     rec = RunRecord(experiment=experiment, run_name=f"w{writer}-r{i}")
     for k in range(10):

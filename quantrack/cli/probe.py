@@ -38,7 +38,7 @@ def probe(model_name: str, batch: str, repeats: int, warmup: int, graphs: bool, 
                        progress=lambda s: click.echo(s, err=True))
     data = result.to_dict()
     if out:
-        from quantrack.store.tracking import atomic_write_text
+        from quantrack.store.files import atomic_write_text
 
         atomic_write_text(out, json.dumps(data, indent=1), flag="--out")
     if track:

@@ -61,7 +61,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         raise BadInput(f"--out {str(target)!r} is a directory: give a file name")
     if not target.parent.is_dir():
         raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
-    from quantrack.store.tracking import resolve_uri
+    from quantrack.store.uri import resolve_uri
 
     uri = resolve_uri(tracking_uri)
     rep = decision_report(experiment, flags, uri=uri, study=study_file, baseline=baseline, gpu=gpu)

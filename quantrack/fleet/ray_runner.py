@@ -210,7 +210,7 @@ def _child_main(job_path: str, result_path: str) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the driver as this arm's failure, one line
         result.update(status="FAILED", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     from quantrack.redact import redact_text
-    from quantrack.store.tracking import atomic_write_text
+    from quantrack.store.files import atomic_write_text
 
     atomic_write_text(result_path, redact_text(json.dumps(result)), mode=0o600)
     return 0
@@ -321,7 +321,7 @@ def _import_ray() -> Any:
 
 
 def _check_tracking(uri: str, ray: Any) -> None:
-    from quantrack.store.tracking import is_remote
+    from quantrack.store.uri import is_remote
 
     ips = {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
     if not is_remote(uri) and len(ips) > 1:
@@ -360,7 +360,8 @@ def run_study_on_ray(
     """
     from quantrack.run.record import study_record
     from quantrack.run.steps import local_node
-    from quantrack.store.tracking import Tracker, resolve_uri
+    from quantrack.store.tracking import Tracker
+    from quantrack.store.uri import resolve_uri
 
     spec = parse_fleet(study)
     retries = spec.max_retries if max_retries is None else max_retries

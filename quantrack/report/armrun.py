@@ -34,7 +34,7 @@ from quantrack.run.schema import (
 )
 
 if TYPE_CHECKING:
-    from quantrack.store.tracking import RunRow
+    from quantrack.store.records import RunRow
 
 DEFAULT_BASELINE = "bf16"  # the arm taken as the baseline when none is named or tagged
 OUTCOME_SYMBOLS = frozenset("01.")  # Tag.GSM8K_CORRECT: '1' right, '0' wrong, '.' not answered

@@ -36,7 +36,7 @@ from quantrack.run.schema import FallbackState, Role, RunStatus
 
 if TYPE_CHECKING:
     from quantrack.engines.base import LogReport
-    from quantrack.store.tracking import RunRow
+    from quantrack.store.records import RunRow
 
 FORMATS = ("table", "json")
 EXIT_FALLBACK = 4

@@ -36,7 +36,7 @@ from quantrack.run.schema import HYGIENE_STEPS, ContentionState, FallbackState, 
 
 if TYPE_CHECKING:
     from quantrack.hardware.pricing import PriceTable
-    from quantrack.store.tracking import RunRow
+    from quantrack.store.records import RunRow
 
 FILL = "FILL IN"
 BASELINE_CELL = "— (baseline)"

@@ -70,7 +70,7 @@ GSM8K_SIZE = 1319  # questions in the GSM8K test split (quantrack/data/gsm8k/tes
 if TYPE_CHECKING:
     from quantrack.hardware.pricing import PriceTable
     from quantrack.report.audit import AuditReport
-    from quantrack.store.tracking import RunRow
+    from quantrack.store.records import RunRow
     from quantrack.study import DecisionSpec
 
 
@@ -903,7 +903,8 @@ def decision_report(experiment: str, flags: Constraints, *, uri: str | None = No
     run's study file) and build the report."""
     from quantrack.hardware.pricing import load_prices
     from quantrack.report.audit import load_node_facts
-    from quantrack.store.tracking import load_runs, resolve_uri
+    from quantrack.store.tracking import load_runs
+    from quantrack.store.uri import resolve_uri
 
     target = resolve_uri(uri)
     base_c = study_constraints(study) if study else None

@@ -77,7 +77,8 @@ from quantrack.run.steps import (
     step_serve,
     step_sweep,
 )
-from quantrack.store.tracking import Logged, RunRecord, Tracker
+from quantrack.store.records import Logged, RunRecord
+from quantrack.store.tracking import Tracker
 from quantrack.study import Study
 
 if TYPE_CHECKING:
@@ -301,7 +302,8 @@ class _Held:
 
     def force(self, signum: int) -> None:
         from quantrack.engines.lifecycle import kill_all
-        from quantrack.store.tracking import now_ms, spool_record, spool_terminate
+        from quantrack.store.records import now_ms
+        from quantrack.store.tracking import spool_record, spool_terminate
 
         reason = f"forced exit ({signal_name(signum)} while stopping)"
         self.say(f"{signal_name(signum)} again: exiting now; engines killed, what is held goes to the spool "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from quantrack.arms import Arm
 from quantrack.errors import QuantrackError
 from quantrack.run.schema import STATUS_FAILED
-from quantrack.store.tracking import Logged
+from quantrack.store.records import Logged
 from quantrack.study import Study
 
 if TYPE_CHECKING:

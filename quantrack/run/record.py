@@ -16,7 +16,8 @@ from quantrack.redact import redact_argv, redact_env, secret_values
 from quantrack.run import schema
 from quantrack.run.outcome import ArmOutcome
 from quantrack.run.schema import Artifact, Metric, Param, Tag
-from quantrack.store.tracking import RunRecord, provenance_tags
+from quantrack.store.records import RunRecord
+from quantrack.store.tracking import provenance_tags
 from quantrack.study import Study
 
 if TYPE_CHECKING:

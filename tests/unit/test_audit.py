@@ -18,7 +18,7 @@ from quantrack.report.audit import (
     render,
     rows_from_runs,
 )
-from quantrack.store.tracking import RunRow
+from quantrack.store.records import RunRow
 
 MARLIN_WARNING = ("Your GPU does not have native support for FP8 computation but FP8 quantization is being used. "
                   "Weight-only FP8 compression will be used leveraging the Marlin kernel.")

@@ -12,7 +12,7 @@ from quantrack.engines import get_adapter
 from quantrack.report.audit import AuditReport, AuditRow, render, rows_from_runs
 from quantrack.run.outcome import ArmOutcome
 from quantrack.run.record import record_for_arm
-from quantrack.store.tracking import RunRow
+from quantrack.store.records import RunRow
 from quantrack.study import load_study
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,7 +28,8 @@ from quantrack.report.compare import (
 )
 from quantrack.runner import LogInputs, log_results
 from quantrack.store.direct import read_runs
-from quantrack.store.tracking import RunRow, load_runs
+from quantrack.store.records import RunRow
+from quantrack.store.tracking import load_runs
 from quantrack.study import load_study
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -27,18 +27,10 @@ from quantrack.redact import (
     redact_text,
     register_secret,
 )
-from quantrack.store.tracking import (
-    DiskError,
-    RunRecord,
-    Tracker,
-    atomic_write_text,
-    partial_spool,
-    pending_spool,
-    resolve_uri,
-    spool_dir,
-    spool_record,
-    sync_spool,
-)
+from quantrack.store.files import DiskError, atomic_write_text
+from quantrack.store.records import RunRecord
+from quantrack.store.tracking import Tracker, partial_spool, pending_spool, spool_dir, spool_record, sync_spool
+from quantrack.store.uri import resolve_uri
 
 KEY = "sk-planted-" + "a1b2c3d4e5f6a7b8"
 PROXY_PASS = "pr0xy-Pa55-" + "x9"

@@ -29,7 +29,8 @@ from quantrack.report.decision import (
     unpaired_interval,
 )
 from quantrack.report.page import to_html, write_report
-from quantrack.store.tracking import RunRow, load_runs
+from quantrack.store.records import RunRow
+from quantrack.store.tracking import load_runs
 from quantrack.study import load_study
 from tests.report_fixtures import EXPERIMENT, SLO, build_store
 
@@ -350,7 +351,8 @@ def test_cli_bad_input(store: tuple[str, dict[str, str]], tmp_path: Path, capsys
 
 
 def test_cli_experiment_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from quantrack.store.tracking import RunRecord, Tracker
+    from quantrack.store.records import RunRecord
+    from quantrack.store.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     rec = RunRecord(experiment="empty", run_name="study:empty")
@@ -411,7 +413,8 @@ def test_store_credentials_never_reach_the_page() -> None:
 
 def test_constraints_from_the_study_file_on_the_parent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No flags, no --study: the [decision] table of study/study.toml logged on the newest parent run."""
-    from quantrack.store.tracking import RunRecord, Tracker
+    from quantrack.store.records import RunRecord
+    from quantrack.store.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     tracker = Tracker(uri, "with-study")
@@ -441,7 +444,7 @@ def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
     """What `quantrack run` calls at its end (runner.run_study -> page.publish_study_report)."""
     from quantrack.report.page import publish_study_report
     from quantrack.runner import StudyResult
-    from quantrack.store.tracking import Logged
+    from quantrack.store.records import Logged
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     ids = build_store(uri)
