@@ -14,16 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.errors import BadInput
-from quantrack.report.decision import (
-    V_CANNOT,
-    V_CLEAR,
-    V_MISSES,
-    ArmDecision,
-    DecisionReport,
-    Figure,
-    Section,
-    Verdict,
-)
+from quantrack.report.decision import DecisionReport
+from quantrack.report.judge import V_CANNOT, V_CLEAR, V_MISSES, ArmDecision, Verdict
+from quantrack.report.labelled import Figure
+from quantrack.report.recommend import Section
 from quantrack.run.schema import Tag
 
 FORMATS = ("html", "md")

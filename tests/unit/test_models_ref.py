@@ -258,7 +258,7 @@ def test_real_download_of_the_0_5b_checkpoint(tmp_path: Path) -> None:
 def test_the_cpu_qwen_studies_load_and_their_questions_figure_is_quantracks_own() -> None:
     """examples/cpu-qwen2.5-coder-0.5b*.toml: the full study asks all 1,319 questions because quantrack's planning
     figure for a 5-point change is 1,570 at no prior (q = 0.5) and 1,319 at a 30% baseline; the subset is what ran."""
-    from quantrack.report.decision import questions_needed
+    from quantrack.report.judge import questions_needed
     from quantrack.study import load_study
 
     assert questions_needed(None, 0.05) == 1570 and questions_needed(0.30, 0.05) == 1319

@@ -18,16 +18,8 @@ from quantrack.accuracy.stats import (
 )
 from quantrack.constraints import Constraints, parse_accuracy_drop, parse_max_kl, parse_slo
 from quantrack.errors import BadInput
-from quantrack.report.decision import (
-    V_CANNOT,
-    V_CLEAR,
-    V_MISSES,
-    V_NOT_MEASURED,
-    build_report,
-    decision_report,
-    questions_needed,
-    unpaired_interval,
-)
+from quantrack.report.decision import build_report, decision_report
+from quantrack.report.judge import V_CANNOT, V_CLEAR, V_MISSES, V_NOT_MEASURED, questions_needed, unpaired_interval
 from quantrack.report.page import to_html, write_report
 from quantrack.store.records import RunRow
 from quantrack.store.tracking import load_runs
