@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quantrack.errors import BadInput, did_you_mean
-from quantrack.schema import build, setting, settings
+from quantrack.settings import build, setting, settings
 
 # The one table of GGUF types (llama.cpp; lower-case gguf.constants.GGMLQuantizationType names).
 # Weights a GGUF file may carry. bf16 and mxfp4 are also the names of HF checkpoint formats, so "this arm

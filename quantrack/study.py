@@ -2,7 +2,7 @@
 
 Every command that takes a study (``preflight``, ``run``, ``serve``, ``log``, ``export skypilot``) reads it
 through ``load_study``, which validates every key once, completely, before anything starts: each field
-below is declared with ``quantrack.schema.setting`` (type from the hint, range, default, help), the same
+below is declared with ``quantrack.settings.setting`` (type from the hint, range, default, help), the same
 definition the command-line options of ``latency``/``sweep``/``eval``/``serve``/``preflight`` are built
 from, so a study key and its flag accept the same values. Errors are one line naming the file, the
 table and the key (``[sweep] input_tokens: expected an integer ≥ 1, got "x"``), with a did-you-mean
@@ -41,8 +41,9 @@ from quantrack.accuracy.kl import DEFAULT_TOP_K, MAX_TOP_K
 from quantrack.arms import Arm, arm_from_table, with_baseline
 from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
 from quantrack.engines import ENGINE_KINDS as ENGINES
+from quantrack.engines.evaltools import VLLM_GSM8K
 from quantrack.errors import BadInput, did_you_mean
-from quantrack.schema import build, convert, setting, settings, shown
+from quantrack.settings import build, convert, setting, settings, shown
 
 SHIPPED_SHOTS = 5  # quantrack/data/gsm8k/fewshot.jsonl: the first five train examples (a study has no --data-dir)
 
@@ -108,7 +109,7 @@ class EvalSpec:
     max_tokens: int = setting(default=256, help="Max new tokens per answer.", ge=1)
     concurrency: int = setting(default=8, help="Requests in flight.", ge=1, le=1024)
     seed: int = setting(default=42, help="Sampling seed sent with each request.")
-    style: str = setting(default="vllm", help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
+    style: str = setting(default=VLLM_GSM8K, help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
                          choices=STYLES)
     # [eval] kl = { tokens, top_k, arms, baseline_util }; tokens absent = no KL fidelity run
     kl_tokens: int = setting(default=0, help="Scored positions per arm (absent: no KL run; 0 is not a value).",
@@ -131,7 +132,7 @@ class TrackingSpec:
 @dataclass(frozen=True)
 class DecisionSpec:
     """[decision]: the constraints `quantrack report` judges the arms by (grammar and checks:
-    quantrack.report.decision.constraints_from_table)."""
+    quantrack.constraints.constraints_from_table)."""
 
     slo: tuple[str, ...] = ()  # "tpot_p99<=30ms@64", ...
     max_accuracy_drop: str | None = None  # "1pp"
@@ -231,10 +232,10 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
         study = _study(data, source)
     except BadInput as exc:
         raise BadInput(f"study file {source!r}: {exc}") from None
-    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet: checked now, not when a fleet starts
-        from quantrack.fleet import parse_fleet
+    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet.spec: checked now, not when a fleet starts
+        from quantrack.fleet.spec import fleet_spec
 
-        parse_fleet(study)  # its messages name the file themselves
+        fleet_spec(study.fleet, study.gpu.name, study.source)  # its messages name the file themselves
     return study
 
 
@@ -316,7 +317,7 @@ def _check_model_refs(model: ModelSpec, arms: list[Arm]) -> None:
 
 def _decision(table: Any, source: str) -> DecisionSpec:
     """[decision], checked with the report's own grammar before anything starts (prices: relative to the file)."""
-    from quantrack.report.decision import constraints_from_table
+    from quantrack.constraints import constraints_from_table
 
     c = constraints_from_table(table, "", Path(source).parent if source != "<study>" else None)
     return DecisionSpec(slo=tuple(s.text for s in c.slos), max_accuracy_drop=table.get("max_accuracy_drop"),
@@ -359,7 +360,7 @@ def _eval_table(table: dict[str, Any]) -> dict[str, Any]:
 def reference_markdown() -> str:
     """Every study key, generated from the schema (docs/study-reference.md is this text; a test keeps them equal)."""
     from quantrack.arms import ArmTable
-    from quantrack.schema import markdown_rows
+    from quantrack.settings import markdown_rows
 
     head = "| key | accepts | default | flag | meaning |\n|---|---|---|---|---|"
     kl = {v: f"kl.{k}" for k, v in _KL_KEYS.items()}
