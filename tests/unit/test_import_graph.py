@@ -112,9 +112,6 @@ def _under(names: Iterable[str], prefix: str) -> list[str]:
 
 # cycles being removed elsewhere, each with where: the list may only shrink
 KNOWN_CYCLES = [
-    # engine boundary (#29 part B): the adapters now own capacity prediction; the cycle is cut when the boundary lands
-    ["quantrack.capacity", "quantrack.engines", "quantrack.engines.base", "quantrack.engines.detect",
-     "quantrack.engines.logparse"],
     ["quantrack.gguf_models", "quantrack.hfexport", "quantrack.models_ref"],  # the models package (#29 rooms)
     ["quantrack.storeread", "quantrack.tracking"],  # the store package split
 ]
