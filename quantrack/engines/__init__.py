@@ -145,6 +145,9 @@ def parse_log_file(path: str | Path, engine: str = "auto", *, strict: bool = Tru
     else:
         module = importlib.import_module(_REGISTRY[kind][0])
         report = getattr(module, _PARSERS[kind])(FileSource(str(p)), source=str(p), extra_rules=fallback_rules(kind))
+        second = next((w for w in report.warnings if w.kind == "multiple_runs"), None)
+        if second is not None and strict:  # one log, one run: never read two launches as one
+            raise BadInput(f"{path}: holds 2 runs ({second.line}); split it into one file per run")
         others = [k for k, sc in det.scores.items() if k != kind and sc >= 5 and sc * 2 >= det.scores.get(kind, 0)]
         if others:
             report.warnings.append(LogEvent(kind="mixed_engines", line_no=0,
@@ -306,7 +309,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
               context_len: int | None = None, engine: str = "auto", tp: int | None = None, *,
               pp: int | None = None, dp: int | None = None, arm: Any = None,
               vram: str | float | None = None, max_num_batched_tokens: int | None = None,
-              max_num_seqs: int | None = None, slots: int | None = None) -> dict[str, Any]:
+              max_num_seqs: int | None = None, slots: int | None = None,
+              sized_before_failure: bool = False) -> dict[str, Any]:
     """The engine-aware plan prediction (quantrack.capacity.predict_for_arm) beside what the log reports.
 
     ``model``: a catalog name, a Hub ORG/NAME[@REV], or a ModelShape (``--config`` / ``--gguf`` / ``--params``,
@@ -328,6 +332,23 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     report = parse_log_file(path, engine)
     if report.engine is None:
         raise BadInput(unclear_engine_message(report))
+    failure = report.extra.get("startup_failure") if report.extra.get("startup_failed") else None
+    if failure:  # a failed start is not a capacity: report the failure, predict nothing
+        from quantrack.engines.runcheck import SIZED_BEFORE_FAILURE, startup_failure
+
+        fatal = startup_failure(report)
+        sized = fatal is not None and fatal.kind in SIZED_BEFORE_FAILURE and bool(
+            report.kv_cache_tokens or (report.available_kv_gib or 0) > 0)
+        if not sized_before_failure:
+            hint = ("; the engine sized its KV cache before refusing: --sized-before-failure compares that cache"
+                    if sized else "")
+            raise BadInput(f"cannot reconcile {Path(path).name}: the run failed at startup ({failure}); a start that "
+                           f"failed has no capacity to compare{hint}")
+        if not sized:
+            raise BadInput(f"--sized-before-failure: {Path(path).name} failed before its KV cache was sized "
+                           f"({failure}); there is no cache to compare")
+    elif sized_before_failure:
+        raise BadInput(f"--sized-before-failure: {Path(path).name} shows no failed start")
     if report.engine != "vllm" and (max_num_batched_tokens or max_num_seqs):
         raise BadInput(f"--max-num-batched-tokens / --max-num-seqs are vLLM's profile settings; this is a "
                        f"{report.engine} log")
@@ -408,8 +429,12 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
         n_slots = slots or report.extra.get("n_slots") or report.extra.get("kv_streams") or 1
         slot_basis = ("--slots" if slots else "the log's slot count" if report.extra.get("n_slots")
                       else "the log's KV streams" if report.extra.get("kv_streams") else "assumed 1 (pass --slots)")
-        per_slot = report.max_concurrency_context
-        n_ctx = context_len or report.extra.get("n_ctx") or (int(per_slot) * int(n_slots) if per_slot else ctx)
+        # the context the log states (n_ctx, kv_size, n_ctx_seq x n_seq_max, slot n_ctx x slots), never the model's
+        # training context: without one there is nothing to predict at
+        n_ctx = context_len or report.extra.get("context")
+        if not n_ctx:
+            raise BadInput(f"cannot reconcile {Path(path).name}: context "
+                           f"{report.extra.get('context_source') or 'unknown'}; pass --context-len")
         unified = str(report.extra.get("kv_unified", "")).strip("'\"").lower() in ("true", "1")
         pe = predict_engine(shape, 1.0, arm, "llamacpp", context_len=n_ctx, n_parallel=int(n_slots),
                             kv_unified=unified)
@@ -431,8 +456,9 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
             report.kv_cache_tokens, "tokens")
         row("available_kv_gib", "per rank", pred.get("engine_kv_gib"), report.available_kv_gib, "GiB")
         row("weights_gib", "per rank", pred.get("engine_weights_gib"), report.weights_gib, "GiB")
-        if tp_n * dp_n > 1:
-            n = tp_n * dp_n
+        gpus = report.extra.get("gpus")  # the engine's own layout where the log states it (SGLang: runs on tp x pp)
+        n = int(gpus) if isinstance(gpus, int) and gpus > 0 else tp_n * dp_n
+        if n > 1:
             row("available_kv_gib", f"total over {n} ranks (log x {n}: derived)", times(pred.get("engine_kv_gib"), n),
                 times(report.available_kv_gib, n), "GiB")
             row("weights_gib", f"total over {n} ranks (log x {n}: derived)", times(pred.get("engine_weights_gib"), n),
@@ -442,6 +468,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
                 times(pred.get("engine_tokens"), dp_n), times(report.kv_cache_tokens, dp_n), "tokens")
         row("max_concurrency", group, pred.get("engine_max_concurrency"), report.max_concurrency, "x")
     return {"log": str(path), "engine": report.engine, "arm": arm.to_dict(), "arm_source": arm_source,
+            "startup_failure": failure, "gpus": report.extra.get("gpus"),
             "model": shape.name, "gpu": catalog_gpu.name if catalog_gpu is not None else None,
             "memory_basis": memory_basis,
             "memory_gib": round(float(getattr(device, "total_bytes", device)) / GiB, 4) if memory_basis else None,

@@ -32,6 +32,16 @@ _VLLM_PREFIX = re.compile(
     r"\[?(?P<src>[^\]\s]{1,120})\]\s?"  # v0 printed "file.py:56]" without the opening bracket
 )
 _VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[^)]{1,80})\)\s")
+# vLLM's prefix anywhere in the head of a line, after whatever another program put in front of it: a CI timestamp
+# "[2025-03-10T15:07:20Z] ", Buildkite's "  | ", TorchServe's "... MODEL_LOG - ", FastChat's "| INFO | stdout | ", docker
+# compose names, and nested process tags (Ray Serve: "(ServeReplica:app pid=1) (EngineCore pid=2) (Worker pid=3) ")
+# (tests/data/public-logs: vllm-14574-..., vllm-rayserve65486-..., vllm-10439-..., vllm-qanything302-...)
+_VLLM_EMBEDDED = re.compile(
+    r"(?P<procs>(?:\([^()]{1,120}\)\s+)*)"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+    r"\[?(?P<src>[\w./-]{1,120}\.py:\d+)\]\s?"
+)
+EMBEDDED_HEAD = 320  # how far into a line another program's wrapper may push vLLM's prefix
 _SGLANG_PREFIX = re.compile(
     r"^\[(?P<ts>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?"
 )
@@ -76,6 +86,10 @@ def strip_prefix(line: str) -> tuple[str, str | None, str | None]:
         if m:
             return line[m.end():], m.group("level"), m.group("proc")
         if c == "(":
+            e = _VLLM_EMBEDDED.match(line)
+            if e:
+                procs = " ".join(p.strip("() ") for p in re.findall(r"\([^()]{1,120}\)", e.group("procs"))) or None
+                return line[e.end():], e.group("level"), procs
             m2 = _VLLM_PROC_ONLY.match(line)
             if m2:
                 return line[m2.end():], None, m2.group("proc")
@@ -88,6 +102,10 @@ def strip_prefix(line: str) -> tuple[str, str | None, str | None]:
         m = _LLAMACPP_PREFIX.match(line)
         if m:
             return line[m.end():], _LEVELS.get(m.group("level")), None
+    e = _VLLM_EMBEDDED.search(line, 0, EMBEDDED_HEAD + 200) if "] " in line[:EMBEDDED_HEAD + 200] else None
+    if e and e.start() <= EMBEDDED_HEAD:
+        procs = " ".join(p.strip("() ") for p in re.findall(r"\([^()]{1,120}\)", e.group("procs"))) or None
+        return line[e.end():], e.group("level"), procs
     return line, None, None
 
 
