@@ -222,6 +222,10 @@ def establish_arm(report: LogReport) -> tuple[Arm | None, str]:
             return None, "unquantized, but the log names no model dtype"
         weights = str(report.dtype)
     else:
+        if quant == "modelopt" and str(report.extra.get("quantization_source", "")).startswith("the arguments"):
+            # vLLM's banner says modelopt (FP8) or modelopt_fp4; the argument alone is either, the checkpoint decides
+            return None, ("quantization 'modelopt' from the arguments line: a ModelOpt checkpoint is FP8 or NVFP4 and "
+                          "the engine banner, which would say which, is not in the log")
         w = _VLLM_WEIGHTS.get(quant)
         if w is None and quant == "compressed-tensors":
             kern = (report.linear_kernel or "").lower()

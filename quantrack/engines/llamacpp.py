@@ -268,15 +268,16 @@ def _kv(b: ReportBuilder, ln: Line) -> None:
         _kv_line(b, ln, "llama_kv_cache size line", total,
                  {"k_type": ktype, "k_mib": kmib, "v_type": vtype, "v_mib": vmib, "seqs": seqs, "streams": streams},
                  cells=cells, layers=layers)
+        b.extra("kv_cells_stated", cells * streams)  # the context the cache was built for, whatever its layers
         if layers > 0:
             b.set("kv_cache_dtype", ktype if ktype == vtype else f"K={ktype},V={vtype}")
         else:
             b.extra("_kv_zero_line", True)
         return
     m = _KV_BUF.search(t)
-    if m:
+    if m:  # one line per device and cache: iSWA prints a non-SWA and a SWA buffer for the same device
         bufs = b.report.extra.setdefault("kv_buffers_mib", {})
-        bufs.setdefault(m.group(1), float(m.group(2)))
+        bufs[m.group(1)] = round(bufs.get(m.group(1), 0.0) + float(m.group(2)), 2)
         return
     m = _ISWA.search(t)
     if m:
@@ -346,6 +347,15 @@ def _resolve_kv(r: LogReport) -> None:
                    "kv_seqs": first.get("seqs"), "kv_streams": streams})
         # cells are per stream: "512 cells x 4 streams" for 4 slots without a unified cache (engine-facts §1.5)
         r.kv_cache_tokens = int(first["cells"]) * int(streams)
+    if chosen is not None and ex.get("kv_cells_non_swa") and not ex.get("kv_cells_swa"):
+        # iSWA builds a non-SWA and a SWA cache; only the first one's lines are in the log: half a cache is not the cache
+        ex["kv_mib_non_swa"] = chosen
+        ex["kv_unknown_reason"] = (f"iSWA cache: only the non-SWA half's lines are in the log ({chosen} MiB); the SWA "
+                                   "half's are not, so the whole cache is unknown")
+        ex.pop("kv_mib", None)
+        ex.pop("kv_mib_source", None)
+        r.available_kv_gib = None
+        return
     if chosen is None:
         why = ("the only llama_kv_cache size line holds 0 layers (an iSWA half with no layer is not the cache) and "
                "the other half's line is not in the log") if ex.get("_kv_zero_line") else \
@@ -542,11 +552,9 @@ def context_from_report(r: LogReport) -> tuple[int | None, str]:
     line states it (the model's training context is not the context a server ran with)."""
     ex = r.extra
     for key, what in (("n_ctx", "n_ctx"), ("kv_size", "kv_size (the KV cache's cells)"),
-                      ("kv_cells", "the KV cache size line's cells")):
+                      ("kv_cells_stated", "the KV cache size line's cells")):
         v = ex.get(key)
         if isinstance(v, int) and v > 0:
-            if key == "kv_cells":
-                v = v * int(ex.get("kv_streams") or 1)
             return v, f"{what} in the log"
     seq, n_seq = ex.get("n_ctx_seq"), ex.get("n_seq_max")
     if isinstance(seq, int) and seq > 0:

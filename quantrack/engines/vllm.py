@@ -172,6 +172,7 @@ def _banner(b: ReportBuilder, ln: Line) -> None:
             b.set("dtype", torch_dtype_short(val), overwrite=bool(b.report.extra.pop("_dtype_from_args", None)))
         elif key == "quantization":
             b.set("quantization", none_word(val), overwrite=bool(b.report.extra.pop("_quant_from_args", None)))
+            b.report.extra["quantization_source"] = "the engine banner"
         elif key == "kv_cache_dtype":
             b.set("kv_cache_dtype", val, overwrite=bool(b.report.extra.pop("_kv_from_args", None)))
         elif key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
@@ -218,6 +219,7 @@ def _setting(b: ReportBuilder, key: str, value: str) -> None:
         if b.report.quantization is None:
             b.set("quantization", none_word(value))
             b.extra("_quant_from_args", True)
+            b.extra("quantization_source", "the arguments line (what was passed, not what the engine resolved)")
     elif key == "kv_cache_dtype":
         if b.report.kv_cache_dtype is None:
             b.set("kv_cache_dtype", value)
