@@ -13,7 +13,8 @@ from quantrack.engines import ENGINE_KINDS
 _ENGINES = ["auto", *ENGINE_KINDS]
 _COLUMNS = ["source", "engine", "engine_evidence", "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens",
             "max_concurrency", "max_concurrency_context", "cuda_graph_gib", "quantization", "linear_kernel",
-            "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "warnings", "errors", "not_found"]
+            "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "warnings", "errors", "failed_start",
+            "not_found"]
 
 
 @click.group("logs")
@@ -28,6 +29,8 @@ def _row(report: Any) -> dict[str, Any]:
     d["source"] = Path(d["source"]).name if d.get("source") else None
     for key in ("fallbacks", "warnings", "errors"):
         d[key] = [f"{e['kind']}@{e['line_no']}" for e in d[key]]
+    ex = d.get("extra") or {}
+    d["failed_start"] = (ex.get("startup_failure") or "yes") if ex.get("startup_failed") else "no"
     ev = d.get("engine_evidence") or []
     d["engine_evidence"] = "; ".join(f"{e['marker']}@{e['line_no']}" for e in ev[:2]) or None
     return {k: d.get(k) for k in _COLUMNS}

@@ -92,11 +92,15 @@ def run_rules(engine: str) -> list[RuleSpec]:
 
 
 def startup_failure(report: LogReport) -> LogEvent | None:
-    """The first error that ended the start, or None when the log shows none."""
-    for e in report.errors:
-        if e.kind in FATAL_KINDS:
-            return e
-    return None
+    """The first error that ended the start, or None when the log shows none. A traceback's source line ('raise
+    ValueError("No available memory ...')") is passed over for the message line of the same kind that follows it."""
+    fatal = [e for e in report.errors if e.kind in FATAL_KINDS]
+    if not fatal:
+        return None
+    first = fatal[0]
+    if "raise " in first.line:
+        return next((e for e in fatal if e.kind == first.kind and "raise " not in e.line), first)
+    return first
 
 
 def failure_phase(event: LogEvent, report: LogReport, loaded: bool = False) -> str:

@@ -45,8 +45,12 @@ def sglang_flags(arm: Arm) -> list[str]:
 #   sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373-L1378
 # older builds print the activation dtype there instead of quant=: "Load weight end. type=Gemma3ForConditionalGeneration,
 # dtype=torch.bfloat16, avail mem=3.64 GB, mem usage=18.82 GB." (github.com/sgl-project/sglang/issues/4895)
+# SGLang <= 0.2 printed no mem usage: f"Load weight end. type={...}, dtype={self.dtype}, avail mem={...:.2f} GB"
+# (sglang@v0.2.14:python/sglang/srt/model_executor/model_runner.py:L210-L215): the weights are then derived from the
+# rank's "Load weight begin. avail mem=%.2f GB" (L157) minus its avail mem after loading, and labelled so
 _LOAD_END = re.compile(r"Load weight end\. (?:elapsed=[\d.]+ s, )?type=(\w+), (?:dtype=([\w.]+), )?(?:(quant=.*?), )?"
-                       r"avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
+                       r"avail mem=([\d.]+) GB(?:, mem usage=([\d.]+) GB)?")
+_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 # "Using KV cache dtype: torch.bfloat16" (github.com/kvcache-ai/ktransformers/issues/1870, SGLang 0.5.x)
 _KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)")
 # "Input length (160062 tokens) exceeds the maximum allowed length (59862 tokens)." (github.com/sgl-project/sglang/issues/4048)
@@ -121,7 +125,18 @@ def _load_end(b: ReportBuilder, ln: Line) -> None:
             b.extra("quant_from_load_line", m.group(3).split(",")[0].removeprefix("quant="))
             b.set("quantization", m.group(3).split(",")[0].removeprefix("quant="))
         b.extra("avail_mem_after_load_gib", parse_float(m.group(4)))
-        b.set("weights_gib", parse_float(m.group(5)))
+        if m.group(5):
+            b.set("weights_gib", parse_float(m.group(5)))
+        else:
+            ends = b.report.extra.setdefault("_avail_end", {})
+            ends.setdefault(ln.rank or "", parse_float(m.group(4)))
+
+
+def _load_begin(b: ReportBuilder, ln: Line) -> None:
+    m = _LOAD_BEGIN.search(ln.text)
+    if m:
+        begins = b.report.extra.setdefault("_avail_begin", {})
+        begins.setdefault(ln.rank or "", parse_float(m.group(1)))
 
 
 def _kv_alloc(b: ReportBuilder, ln: Line) -> None:
@@ -303,6 +318,7 @@ RULES: list[RuleSpec] = [
     ("sglang.launch_server", _command_line, startup_only()),
     ("Scheduler hit an exception", _simple("error", "errors")),
     ("Load weight end.", _load_end, done_when("weights_gib")),
+    ("Load weight begin.", _load_begin, done_when("weights_gib")),
     ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),
     ("max_total_num_tokens=", _max_total, done_when("context_len")),
     ("quantization: quantized", _online, startup_only(2, "online_quantized_layers")),
@@ -338,6 +354,13 @@ def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | File
             r.extra.setdefault("derived", {})["dtype"] = "KV pool dtype with --kv-cache-dtype auto"
         elif r.extra.get("dtype_arg") not in (None, "auto"):
             r.dtype = r.extra["dtype_arg"]
+    begins, ends = r.extra.pop("_avail_begin", {}), r.extra.pop("_avail_end", {})
+    if r.weights_gib is None:
+        rank = next((k for k in ends if k in begins and begins[k] is not None and ends[k] is not None), None)
+        if rank is not None:  # no "mem usage=" (SGLang <= 0.2): the rank's free memory before minus after loading
+            r.weights_gib = round(begins[rank] - ends[rank], 2)
+            r.extra.setdefault("derived", {})["weights_gib"] = (f"avail mem at 'Load weight begin' minus at 'Load "
+                                                               f"weight end'{f' ({rank})' if rank else ''}")
     layout = parallel_layout(r.extra)
     r.extra["parallel_layout"] = layout["layout"] if layout else None
     if layout:

@@ -130,7 +130,7 @@ def test_reconcile_reports_the_failure_instead_of_a_prediction(capsys: pytest.Ca
     assert "a start that failed has no capacity to compare" in err
     # a failure that sized nothing is refused even when asked to compare the sized cache
     with pytest.raises(BadInput, match=r"^--sized-before-failure: vllm-10439-docker-no-cache-blocks.log failed before "
-                                       r"its KV cache was sized \(no_kv_memory at line 2"):
+                                       r"its KV cache was sized \(no_kv_memory at line 3"):
         reconcile(LOGS / "vllm-10439-docker-no-cache-blocks.log", "Llama-3.1-8B", gpu="H100",
                   sized_before_failure=True)
     with pytest.raises(BadInput, match=r"^--sized-before-failure: vllm-20707-v1-kv-922k-tokens.log shows no failed "
@@ -280,3 +280,16 @@ def test_the_json_of_logs_parse_says_failure_runs_and_layout(capsys: pytest.Capt
     assert failed["extra"]["startup_failed"] is True and failed["extra"]["runs_in_file"] == 1
     assert failed["extra"]["startup_failure"].startswith("engine_core_failed at line 2: ERROR 04-30 10:20:36")
     assert layout["extra"]["gpus"] == 8 and layout["extra"]["startup_failed"] is False
+
+
+def test_sglang_02_load_weight_end_without_mem_usage_derives_the_weights() -> None:
+    # filled in from SGLang 0.2.14's format strings (no public excerpt with them was found):
+    # f"Load weight begin. avail mem={...:.2f} GB" and f"Load weight end. type={...}, dtype={self.dtype}, avail
+    # mem={...:.2f} GB" (sglang@v0.2.14:python/sglang/srt/model_executor/model_runner.py:L157, L210-L215)
+    from quantrack.engines.sglang import parse_sglang_log
+
+    r = parse_sglang_log("[16:43:20 TP0] Load weight begin. avail mem=23.30 GB\n"
+                         "[16:43:29 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.float16, "
+                         "avail mem=8.23 GB\n")
+    assert r.weights_gib == 15.07 and r.extra["derived"]["weights_gib"].endswith("(TP0)")
+    assert r.dtype == "fp16"
