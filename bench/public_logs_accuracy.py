@@ -142,7 +142,8 @@ def accuracy(totals: dict[str, int]) -> list[str]:
 
 def failed_runs(totals: dict[str, int]) -> list[str]:
     """Every excerpt of a failed start: said by the parser, and reconcile reports it instead of a prediction."""
-    from quantrack.engines import parse_log_file, reconcile
+    from quantrack.engines import parse_log_file
+    from quantrack.engines.reconcile import reconcile
     from quantrack.errors import QuantrackError
 
     out = ["| excerpt | failure the parser names | reconcile (Llama-3.1-8B, bf16, H100) |", "|---|---|---|"]
@@ -158,8 +159,8 @@ def failed_runs(totals: dict[str, int]) -> list[str]:
         totals["failed_said"] += bool(said)
         try:
             res = reconcile(p, "Llama-3.1-8B", gpu="H100", arm=_bf16())
-            kv = next((x for x in res["rows"] if x["figure"] == "kv_cache_tokens"), {})
-            answer = f"PREDICTED {kv.get('predicted')} tokens for a failed start"
+            kv = next((x for x in res.rows if x.figure == "kv_cache_tokens"), None)
+            answer = f"PREDICTED {kv.predicted if kv else '?'} tokens for a failed start"
             totals["failed_predicted"] += 1
         except QuantrackError as exc:
             answer = "refused: " + str(exc)[:110].replace("|", "/")
@@ -178,7 +179,7 @@ def _bf16() -> object:
 def reconcile_table() -> list[str]:
     from quantrack.arms import parse_arm_spec
     from quantrack.cli.logs import _shape
-    from quantrack.engines import reconcile
+    from quantrack.engines.reconcile import reconcile
     from quantrack.errors import QuantrackError
 
     out = [("| excerpt | settings passed (from the sidecar) | KV tokens: predicted / log, error | weights GiB per rank: "
@@ -201,7 +202,7 @@ def reconcile_table() -> list[str]:
         except QuantrackError as exc:
             out.append(f"| `{name}` | `{' '.join(args)}` | refused: {exc} | | |")
             continue
-        rows = {(r["figure"], r["scope"].split(" ")[0]): r for r in res["rows"]}
+        rows = {(r["figure"], r["scope"].split(" ")[0]): r for r in res.to_dict()["rows"]}
 
         def cell(key: tuple[str, str], rows: dict[tuple[str, str], dict] = rows) -> str:
             r = rows.get(key)
@@ -211,9 +212,9 @@ def reconcile_table() -> list[str]:
             return f"{r['predicted']:,} / {r['log']:,}, {err}"
 
         kv_key = next(k for k in rows if k[0] == "kv_cache_tokens")
-        layout = ", ".join(f"{k} {v}" for k, v in res["parallel"].items())
+        layout = ", ".join(f"{k} {v}" for k, v in res.parallel.items())
         out.append(f"| `{name}` | `{' '.join(args)}` | {cell(kv_key)} | {cell(('weights_gib', 'per'))} | "
-                   f"{layout}; arm from {res['arm_source']} |")
+                   f"{layout}; arm from {res.arm_source} |")
     return out
 
 

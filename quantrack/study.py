@@ -41,6 +41,7 @@ from quantrack.accuracy.kl import DEFAULT_TOP_K, MAX_TOP_K
 from quantrack.arms import Arm, arm_from_table, with_baseline
 from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
 from quantrack.engines import ENGINE_KINDS as ENGINES
+from quantrack.engines.evaltools import VLLM_GSM8K
 from quantrack.errors import BadInput, did_you_mean
 from quantrack.schema import build, convert, setting, settings, shown
 
@@ -108,7 +109,7 @@ class EvalSpec:
     max_tokens: int = setting(default=256, help="Max new tokens per answer.", ge=1)
     concurrency: int = setting(default=8, help="Requests in flight.", ge=1, le=1024)
     seed: int = setting(default=42, help="Sampling seed sent with each request.")
-    style: str = setting(default="vllm", help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
+    style: str = setting(default=VLLM_GSM8K, help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
                          choices=STYLES)
     # [eval] kl = { tokens, top_k, arms, baseline_util }; tokens absent = no KL fidelity run
     kl_tokens: int = setting(default=0, help="Scored positions per arm (absent: no KL run; 0 is not a value).",

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from quantrack.cli.options import setting_option
+from quantrack.engines.evaltools import ENGINE_RESULT_FORMATS
 from quantrack.errors import BadInput
 from quantrack.study import EngineSpec, EvalSpec
 
@@ -148,7 +149,7 @@ def compare(base: str, arm: str, fmt: str) -> None:
 
 @eval_group.command("import")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["auto", "vllm", "sglang", "lm-eval"]), default="auto",
+@click.option("--format", "fmt", type=click.Choice(["auto", *ENGINE_RESULT_FORMATS, "lm-eval"]), default="auto",
               show_default=True)
 @click.option("--filter", "lm_eval_filter", type=click.Choice(["strict-match", "flexible-extract"]),
               default="strict-match", show_default=True, help="lm-eval metric filter to import.")

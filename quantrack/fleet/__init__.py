@@ -167,7 +167,7 @@ def plan_jobs(study: Study, spec: FleetSpec | None = None) -> list[FleetJob]:
     else:
         from quantrack.engines import get_adapter
 
-        num_gpus = float(study.gpu.count) if get_adapter(study.engine.kind).needs_gpu else 0.0
+        num_gpus = float(study.gpu.count) if get_adapter(study.engine.kind).install.needs_gpu else 0.0
     default_amount = 0.001 if spec.resource.startswith("accelerator_type:") else 1.0
     amount = spec.resource_amount if spec.resource_amount is not None else default_amount
     jobs: list[FleetJob] = []

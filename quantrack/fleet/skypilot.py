@@ -118,7 +118,7 @@ def engine_requirement(study: Study) -> str | None:
     from quantrack.engines import get_adapter
 
     kind, version = study.engine.kind, study.engine.version
-    package = get_adapter(kind).pip_requirement
+    package = get_adapter(kind).install.pip_requirement
     if package is None:
         return None
     if not version:
@@ -136,7 +136,7 @@ def _quantrack_requirement(study: Study, install: str | None) -> str:
         return install
     from quantrack.engines import get_adapter
 
-    extra = get_adapter(study.engine.kind).quantrack_extra
+    extra = get_adapter(study.engine.kind).install.quantrack_extra
     return f"quantrack{extra}=={__version__}"
 
 

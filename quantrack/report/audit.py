@@ -138,7 +138,7 @@ def _requested_quantization(p: dict[str, Any], t: dict[str, Any]) -> str | None:
         from quantrack.engines import get_adapter
 
         try:
-            gguf = get_adapter(engine).serves_local_file
+            gguf = get_adapter(engine).serving.local_file
         except QuantrackError:  # an engine this quantrack does not know: its param as logged
             gguf = False
         if gguf:
@@ -190,15 +190,6 @@ def apply_probes(rows: list[AuditRow], probes: dict[str, dict[str, str | None]])
     return warnings
 
 
-def _after_load(engine: str) -> tuple[str, ...]:
-    """Figures printed only once the weights are on the device (where the fallback lines are printed), per
-    engine (``EngineAdapter.loaded_fields``); a banner, server args or llama.cpp's print_info (the GGUF header)
-    come before it and do not count."""
-    from quantrack.engines import get_adapter
-
-    return get_adapter(engine).loaded_fields
-
-
 def log_verdict(report: Any) -> tuple[bool | None, str | None]:
     """(fell back, why unknown) for one parsed log: True when any catalogue found a fallback line; False only when
     the log was read far enough to have printed one; None with the reason otherwise."""
@@ -207,10 +198,12 @@ def log_verdict(report: Any) -> tuple[bool | None, str | None]:
     if report.engine is None:
         det = report.detection or {}
         return None, f"engine not recognised ({det.get('reason') or report.extra.get('detected') or 'no markers'})"
+    from quantrack.engines import get_adapter
     from quantrack.engines.runcheck import failure_phase, startup_failure
 
-    after_load = _after_load(report.engine)
-    loaded = any((getattr(report, f) if hasattr(report, f) else report.extra.get(f)) is not None for f in after_load)
+    # figures printed only once the weights are on the device (where fallback lines are printed); a banner, server
+    # args or llama.cpp's print_info (the GGUF header) come before it and do not count
+    loaded = get_adapter(report.engine).loaded(report)
     fatal = startup_failure(report)
     if fatal is not None:  # a start that failed serves nothing: never "no fallback", whatever was printed before
         where = f"{fatal.kind} at line {fatal.line_no}"
@@ -218,8 +211,8 @@ def log_verdict(report: Any) -> tuple[bool | None, str | None]:
         if phase == "before load":
             return None, f"the engine failed before loading the weights ({where}): no fallback could be printed yet"
         if phase == "after load":
-            return None, (f"the engine failed after loading the weights, sizing the KV cache or the context ({where}); no "
-                          "fallback line in the log")
+            return None, (f"the engine failed after loading the weights, sizing the KV cache or the context ({where}); "
+                          "no fallback line in the log")
         return None, (f"the engine failed at startup ({where}); the log does not show whether the weights were "
                       "loaded; no fallback line in it")
     if not loaded:

@@ -20,6 +20,7 @@ from quantrack.tracking import Logged
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
+    from quantrack.capacity import ArmPrediction
     from quantrack.engines.base import LogReport
     from quantrack.measure.hygiene import Hygiene
     from quantrack.measure.latency import LatencyResult
@@ -44,7 +45,7 @@ class ArmOutcome:
     status: str = "RUNNING"
     verdict: str | None = None
     verdicts: list[Verdict] = field(default_factory=list)
-    predicted: dict[str, Any] | None = None  # quantrack.capacity.predict_for_arm (derived)
+    predicted: ArmPrediction | None = None  # quantrack.capacity.predict_for_arm (derived)
     launch_argv: list[str] | None = None
     launch_env: dict[str, str] = field(default_factory=dict)
     server_log: Path | None = None

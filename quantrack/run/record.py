@@ -113,7 +113,7 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     rec.param(Param.GPU_UTIL, study.gpu.util)
     rec.param(Param.MAX_MODEL_LEN, study.context_len)
     rec.param(Param.TP, study.gpu.count)
-    rec.param(Param.PARALLEL, study.parallel if get_adapter(study.engine.kind).has_slots else None)
+    rec.param(Param.PARALLEL, study.parallel if get_adapter(study.engine.kind).memory.slots else None)
     rec.param(Param.INPUT_TOKENS, study.latency.input_tokens)
     rec.param(Param.OUTPUT_TOKENS, study.latency.output_tokens)
     rec.param(Param.LATENCY_WARMUP, study.latency.warmup)
@@ -243,14 +243,13 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
 
 def fallback_state(rep: LogReport) -> str:
     """``yes`` (the log shows a fallback), ``no`` (a log of a known engine that got as far as loading the
-    weights, ``EngineAdapter.loaded_fields``, and shows none), else ``unknown``: a log that says nothing is never
+    weights, ``EngineAdapter.loaded``, and shows none), else ``unknown``: a log that says nothing is never
     read as "no fallback" (the same rule as ``quantrack audit``)."""
     if rep.fallbacks:
         return schema.FALLBACK_YES
     if rep.engine is None:
         return schema.FALLBACK_UNKNOWN
-    loaded = get_adapter(rep.engine).loaded_fields
-    if any((getattr(rep, f) if hasattr(rep, f) else rep.extra.get(f)) is not None for f in loaded):
+    if get_adapter(rep.engine).loaded(rep):
         return schema.FALLBACK_NO
     return schema.FALLBACK_UNKNOWN
 

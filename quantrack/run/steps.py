@@ -20,6 +20,7 @@ from quantrack.study import Study
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
+    from quantrack.capacity import ArmPrediction
     from quantrack.engines.base import LogReport
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
@@ -99,12 +100,12 @@ def _shape_for(study: Study, arm: Arm) -> Any:
     raise StepError("[model] needs name, config or gguf for a capacity prediction")
 
 
-def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> dict[str, Any]:
+def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> ArmPrediction:
     """Derived capacity for this arm (quantrack.capacity.predict_for_arm).
 
     llama.cpp: the KV cache is pure arithmetic (every cell allocated up front), predicted with the study's
     slots (-np) so cells per stream and streams match what the server prints."""
-    from quantrack.capacity import MiB, kv_cache_memory_bytes_in, predict_engine, predict_for_arm
+    from quantrack.capacity import kv_cache_memory_bytes_in, predict_engine, predict_for_arm, whole_cache_prediction
     from quantrack.engines import get_adapter
 
     gpu = _gpu_for(study, node)
@@ -113,11 +114,10 @@ def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> dict[str, Any]
     kv_fixed = kv_cache_memory_bytes_in([*arm.engine_args, *study.engine.args])
     pred = predict_for_arm(shape, gpu, arm, study.engine.kind, util=study.gpu.util,
                            context_len=study.context_len, tp=study.gpu.count, kv_cache_memory_bytes=kv_fixed)
-    if get_adapter(study.engine.kind).has_slots and study.parallel > 1:
+    if get_adapter(study.engine.kind).memory.slots and study.parallel > 1:
         eng = predict_engine(shape, float(gpu.total_bytes) or 1.0, arm, study.engine.kind,
                              context_len=study.context_len, n_parallel=study.parallel)
-        pred.update({"engine_tokens": eng.engine_tokens, "engine_kv_bytes": eng.kv_bytes,
-                     "engine_kv_mib": round(eng.kv_bytes / MiB, 2), "prediction": eng.to_dict()})
+        pred = whole_cache_prediction(arm, study.engine.kind, eng)
     return pred
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from quantrack.cli import main
-from quantrack.engines import establish_arm, parse_log_file, parse_logs, reconcile
+from quantrack.engines import parse_log_file, parse_logs
+from quantrack.engines.reconcile import establish_arm, reconcile
 from quantrack.engines.runcheck import failure_phase, startup_failure
 from quantrack.engines.vllm import parse_vllm_log
 from quantrack.errors import BadInput
