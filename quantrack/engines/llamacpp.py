@@ -36,7 +36,7 @@ from quantrack.engines.logparse import (
     scan,
     startup_only,
 )
-from quantrack.engines.runcheck import run_rules, settle
+from quantrack.engines.runcheck import StartLine, run_rules, settle
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
@@ -571,10 +571,15 @@ RULES: list[RuleSpec] = [
 ]
 
 
+# lines a llama.cpp launch prints once (quantrack.engines.runcheck: one log, one run)
+START_LINES: tuple[StartLine, ...] = (("build", "main: build = ", "llama.cpp build line"),
+                                      ("build", "build: ", "llama.cpp build line"))
+
+
 def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                        extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("llamacpp", source, EXPECTED)
-    scan(lines, b, [*RULES, *run_rules("llamacpp"), *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
     r = b.report
     slot_ids = r.extra.pop("_slot_ids", None)
     if slot_ids and "n_slots" not in r.extra:

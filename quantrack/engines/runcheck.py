@@ -54,15 +54,10 @@ SIZED_BEFORE_FAILURE: frozenset[str] = frozenset({"max_model_len_exceeds_kv", "k
 # allocation errors a later "retrying without pipeline parallelism" line recovers from (llama.cpp sched_reserve)
 RECOVERABLE_KINDS: frozenset[str] = frozenset({"cuda_malloc_failed", "compute_buffer_alloc_failed"})
 
-# lines a launch prints once per process: seen twice from the same process, the file holds two launches. Each is
-# matched under a keyword its engine's parser already searches for (one block search per keyword, shared).
-_START_MARKERS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "vllm": (("version ", "vLLM API server version", "vLLM API server start"),
-             ("non-default args:", "non-default args:", "vLLM arguments line"),
-             ("LLM engine", "Initializing a", "vLLM engine banner")),
-    "sglang": (("server_args=ServerArgs(", "server_args=ServerArgs(", "SGLang server_args line"),),
-    "llamacpp": (("build", "main: build = ", "llama.cpp build line"), ("build", "build: ", "llama.cpp build line")),
-}
+# Lines a launch prints once per process: seen twice from the same process, the file holds two launches. Each
+# engine's module lists its own as (keyword, line start, label), the keyword one its parser already searches for (one
+# block search per keyword, shared): vllm.START_LINES, sglang.START_LINES, llamacpp.START_LINES.
+StartLine = tuple[str, str, str]
 _VLLM_TS = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _SGLANG_TS = re.compile(r"^\[(?:\d{4}-(\d\d)-(\d\d) )?(\d\d):(\d\d):(\d\d)")
 RELAUNCH_GAP_S = 300  # two startup failures further apart than this are two launches
@@ -86,9 +81,9 @@ def _start(text: str, label: str):  # type: ignore[no-untyped-def]
     return handler
 
 
-def run_rules(engine: str) -> list[RuleSpec]:
-    """The start-line rules of one engine's log (``settle`` reads what they record)."""
-    return [(kw, _start(text, label), startup_only(1)) for kw, text, label in _START_MARKERS.get(engine, ())]
+def run_rules(start_lines: tuple[StartLine, ...]) -> list[RuleSpec]:
+    """The rules recording an engine's start lines (``settle`` reads what they record)."""
+    return [(kw, _start(text, label), startup_only(1)) for kw, text, label in start_lines]
 
 
 def startup_failure(report: LogReport) -> LogEvent | None:

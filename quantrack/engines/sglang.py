@@ -36,7 +36,7 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
-from quantrack.engines.runcheck import run_rules, settle
+from quantrack.engines.runcheck import StartLine, run_rules, settle
 from quantrack.engines.vllm import GGUF_TYPES, hf_arm, rulebook_flags
 from quantrack.errors import BadInput
 
@@ -396,10 +396,14 @@ RULES: list[RuleSpec] = [
 ]
 
 
+# lines an SGLang launch prints once (quantrack.engines.runcheck: one log, one run)
+START_LINES: tuple[StartLine, ...] = (("server_args=ServerArgs(", "server_args=ServerArgs(", "SGLang server_args line"),)
+
+
 def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                      extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("sglang", source, EXPECTED)
-    scan(lines, b, [*RULES, *run_rules("sglang"), *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
     r = b.report
     r.extra.pop("_max_total_seen", None)
     # dtype: the activation dtype is not printed; with --dtype auto and an 'auto' KV cache the pool

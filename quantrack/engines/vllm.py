@@ -37,7 +37,7 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
-from quantrack.engines.runcheck import run_rules, settle
+from quantrack.engines.runcheck import StartLine, run_rules, settle
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
@@ -692,13 +692,20 @@ RULES: list[RuleSpec] = [
 ]
 
 
+# lines a vLLM launch prints once per process (quantrack.engines.runcheck: one log, one run)
+START_LINES: tuple[StartLine, ...] = (
+    ("version ", "vLLM API server version", "vLLM API server start"),
+    ("non-default args:", "non-default args:", "vLLM arguments line"),
+    ("LLM engine", "Initializing a", "vLLM engine banner"))
+
+
 def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                    extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     """Parse a vLLM startup log (any supported version) into a LogReport, streaming.
 
     ``extra_rules``: more rules run in the same pass (the other engines' fallback catalogues)."""
     b = ReportBuilder("vllm", source, EXPECTED)
-    scan(lines, b, [*RULES, *run_rules("vllm"), *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
     r = b.report
     r.extra.pop("_profiling_seen", None)
     for key in ("_quant_from_args", "_kv_from_args", "_dtype_from_args"):
