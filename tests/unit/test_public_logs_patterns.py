@@ -82,6 +82,14 @@ def test_per_device_kv_buffers_are_summed_and_the_choice_is_said() -> None:
     assert r.extra["mla_cache"] is True and r.kv_cache_dtype == "f16"
 
 
+def test_when_the_buffers_seen_are_fewer_than_the_whole_cache_the_whole_cache_line_is_used_and_said() -> None:
+    r = report("llamacpp-iklcpp235-kv-buffers-cut-context-failed.log")  # CUDA0..CUDA10's buffer lines are cut
+    assert (r.extra["kv_mib"], r.extra["kv_buffer_devices"]) == (2196.0, 4)
+    assert r.extra["kv_mib_source"] == ("KV self size line (MLA c^KV) (line 5): the per-device KV buffers in the log "
+                                        "sum to 576.0 MiB, less than the whole cache, so some devices' buffer lines "
+                                        "are not in it")
+
+
 def test_an_mla_cache_line_is_read_as_the_cache_not_skipped() -> None:
     r = report("llamacpp-iklcpp259-mla-ckv-q8-slots.log")
     assert (r.extra["kv_mib"], r.kv_cache_dtype, r.available_kv_gib) == (1166.65, "q8_0", round(1166.65 / 1024, 4))
