@@ -629,9 +629,9 @@ RULES: list[RuleSpec] = [
     ("LLM engine", _banner, done_when("engine_version", "dtype")),
     ("non-default args:", _non_default_args, startup_only()),
     ("args: Namespace(", _namespace, startup_only(1)),
-    ("Using max model len", _settings_lines, done_when("max_model_len")),
-    ("Chunked prefill is enabled", _settings_lines, done_when("max_num_batched_tokens")),
-    ("num_gpu_blocks is:", _settings_lines, done_when("num_gpu_blocks")),
+    ("Using max model len", _settings_lines, startup_only(2, "max_model_len")),
+    ("Chunked prefill is enabled", _settings_lines, startup_only(2, "max_num_batched_tokens")),
+    ("num_gpu_blocks is:", _settings_lines, startup_only(2, "num_gpu_blocks")),
     ("Free memory on device", _mem_summary, startup_only(1)),
     # data-parallel engine cores without a DP tag ("(EngineCore_1 pid=..)", vllm-19954-...): only a second core's lines
     # are looked at (cheap on a long single-core log), so the count is the highest index seen + 1
