@@ -20,10 +20,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from quantrack import engines
-from quantrack.engines.base import EngineAdapter, Install, LaunchSpec, LogReport, Marker, MemoryModel, Serving
+from quantrack.engines.base import (
+    EngineAdapter,
+    Install,
+    LaunchSpec,
+    LiveFacts,
+    LogReport,
+    Marker,
+    MemoryModel,
+    Serving,
+)
 from quantrack.engines.logparse import FileSource, RuleSpec
 
 HERE = Path(__file__).resolve().parent
@@ -61,12 +69,12 @@ class FakeAdapter(EngineAdapter):
         report.engine = self.kind
         return report
 
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         import httpx
 
         r = httpx.get(f"{base_url.rstrip('/')}/v1/models", timeout=timeout)
         r.raise_for_status()
-        return {"engine": self.kind, "base_url": base_url, "model": r.json()["data"][0]["id"]}
+        return LiveFacts(self.kind, base_url, {"model": r.json()["data"][0]["id"]})
 
 
 @contextmanager

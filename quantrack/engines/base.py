@@ -65,6 +65,30 @@ class LogReport:
         return bool(self.fallbacks)
 
 
+@dataclass
+class LiveFacts:
+    """What a running server says about itself (``EngineAdapter.query``, measured): the engine, where, and what
+    its info endpoints answered, as read. ``facts`` keeps each engine's own keys (vLLM's ``kv_cache_size_tokens``,
+    SGLang's ``max_total_num_tokens``, llama.cpp's ``slots`` ...); the two every engine may give are properties."""
+
+    engine: str
+    base_url: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def engine_version(self) -> str | None:
+        v = self.facts.get("engine_version")
+        return None if v is None else str(v)
+
+    @property
+    def model(self) -> str | None:
+        v = self.facts.get("model")
+        return None if v is None else str(v)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "base_url": self.base_url, **self.facts}
+
+
 @dataclass(frozen=True)
 class Marker:
     """A line that says "this engine wrote the log" (quantrack.engines.detect): a regular expression searched
@@ -258,5 +282,5 @@ class EngineAdapter(ABC):
         return None, f"the arm is not read from a {self.label or self.kind} log"
 
     @abstractmethod
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """Live facts from a running server (version, model, KV capacity where exposed)."""

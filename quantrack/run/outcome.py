@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
     from quantrack.capacity import ArmPrediction
-    from quantrack.engines.base import LogReport
+    from quantrack.engines.base import LiveFacts, LogReport
     from quantrack.measure.hygiene import Hygiene
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
@@ -51,7 +51,7 @@ class ArmOutcome:
     server_log: Path | None = None
     base_url: str | None = None
     log_report: LogReport | None = None
-    live: dict[str, Any] | None = None
+    live: LiveFacts | None = None  # adapter.query (measured)
     latency: LatencyResult | None = None
     latency_row: dict[str, Any] | None = None  # an imported latency row (quantrack log)
     sweep: SweepResult | None = None

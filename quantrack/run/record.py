@@ -84,12 +84,12 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
 
 
 def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
-    arm, rep, live, node = out.arm, out.log_report, out.live or {}, out.node
+    arm, rep, live, node = out.arm, out.log_report, out.live, out.node
     # what was run, where
     rec.param(Param.STUDY, study.name)
     rec.param(Param.ARM, arm.name)
     rec.param(Param.ENGINE, study.engine.kind)
-    rec.param(Param.ENGINE_VERSION, (rep.engine_version if rep is not None else None) or live.get("engine_version")
+    rec.param(Param.ENGINE_VERSION, (rep.engine_version if rep is not None else None) or (live.engine_version if live is not None else None)
               or study.engine.version)
     rec.param(Param.MODEL, arm.model or study.model.path or study.model.gguf or study.model.name)
     rec.param(Param.MODEL_NAME, study.model.name)
@@ -220,7 +220,7 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
     if rep is not None:
         rec.artifacts[Artifact.SERVER_LOG_REPORT] = json.dumps(rep.to_dict(), indent=1, default=str)
     if out.live:
-        rec.artifacts[Artifact.SERVER_LIVE] = json.dumps(out.live, indent=1, default=str)
+        rec.artifacts[Artifact.SERVER_LIVE] = json.dumps(out.live.to_dict(), indent=1, default=str)
     if out.latency is not None:
         rec.artifacts[Artifact.LATENCY_LATENCY] = json.dumps(out.latency.to_row(), indent=1, default=str)
     elif out.latency_row is not None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
     from quantrack.capacity import ArmPrediction
-    from quantrack.engines.base import LogReport
+    from quantrack.engines.base import LiveFacts, LogReport
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
 
@@ -160,10 +160,10 @@ def step_parse_log(study: Study, log_path: Path) -> LogReport:
     return get_adapter(study.engine.kind).parse_log_file(log_path)
 
 
-def step_query(study: Study, base_url: str) -> dict[str, Any]:
+def step_query(study: Study, base_url: str) -> LiveFacts:
     from quantrack.engines import get_adapter
 
-    return dict(get_adapter(study.engine.kind).query(base_url, timeout=_request_timeout(study, 10.0)))
+    return get_adapter(study.engine.kind).query(base_url, timeout=_request_timeout(study, 10.0))
 
 
 def _request_timeout(study: Study, default: float) -> float:

@@ -101,7 +101,7 @@ def test_a_finished_study_logs_latency_sweep_and_eval(fake: FakeAdapter, store: 
         assert out.eval.num_questions == 3 and out.eval.errors == 0
         # the canned xllamacpp log, parsed with llama.cpp's rules under the fake engine's name
         assert out.log_report.engine == KIND and out.log_report.kv_cache_tokens == 1024
-        assert out.live["model"] == "fixture-model"
+        assert out.live is not None and out.live.model == "fixture-model"
     runs = _runs(res.experiment)
     assert set(runs) == {"base", "q8"} and {r.status for r in runs.values()} == {STATUS_FINISHED}
 
