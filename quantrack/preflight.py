@@ -81,7 +81,9 @@ class PreflightRequest:
 
 
 @dataclass
-class ArmResult:
+class ArmPreflight:
+    """One arm on one GPU: the rulebook's verdicts, the capacity plan and the launch line preflight prints."""
+
     gpu: str
     arm: str
     verdict: str
@@ -114,7 +116,7 @@ class PreflightReport:
     engine_version: str
     version_assumed: bool
     cuda: str | None
-    results: list[ArmResult]
+    results: list[ArmPreflight]
     study: list[Verdict]
     notes: list[str] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)  # per device: NVML facts (measured) or catalog
@@ -362,7 +364,7 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
     for ref in req.unprovisioned:
         notes.append(f"model {ref} is not in the cache yet: run provisions it on first use (preflight "
                      "never downloads)")
-    results: list[ArmResult] = []
+    results: list[ArmPreflight] = []
     for gpu in req.gpus:
         facts = facts_of(gpu)
         cuda_driver = getattr(gpu, "cuda_driver_version", None)
@@ -384,7 +386,7 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
                 launch_note: str | None = "not runnable: no launch command"
             else:
                 launch, env, launch_note = _launch(req, arm)
-            results.append(ArmResult(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
+            results.append(ArmPreflight(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
                                      capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note,
                                      launch_env=env, model_ref=_arm_model_ref(req, arm) if launch else None))
     return PreflightReport(engine=req.engine, engine_version=version, version_assumed=assumed, cuda=req.cuda,
@@ -439,9 +441,12 @@ def _apply_overrides(study: Any, o: dict[str, Any]) -> Any:
 
 def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     """A request from a study file; non-None ``overrides`` (from flags) win over the file."""
+    from quantrack.models_ref import check_local_files
     from quantrack.study import load_study
 
-    study, unprovisioned = peek_model_refs(_apply_overrides(load_study(path), overrides))
+    loaded = _apply_overrides(load_study(path), overrides)
+    check_local_files(loaded)  # a GGUF file that is not there is refused, not allowed
+    study, unprovisioned = peek_model_refs(loaded)
     model = None
     if study.model.name:
         from quantrack.hub import resolve_model

@@ -25,10 +25,11 @@ from quantrack.arms import GGUF_TYPES, WEIGHT_FORMATS, Arm
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, did_you_mean, unknown
 from quantrack.resources import rules_dir
+from quantrack.run.schema import RuleVerdict
 
-VERDICTS = ("allow", "warn", "reject")
+VERDICTS = tuple(v.value for v in RuleVerdict)  # allow, warn, reject (quantrack.run.schema.RuleVerdict)
 UNCHECKED = "unchecked"
-_RANK = {"allow": 0, UNCHECKED: 0, "warn": 1, "reject": 2}
+_RANK = {RuleVerdict.ALLOW: 0, UNCHECKED: 0, RuleVerdict.WARN: 1, RuleVerdict.REJECT: 2}
 VENDORS = ("nvidia", "amd", "cpu")
 ARCHES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "rdna3", "x86", "arm")
 

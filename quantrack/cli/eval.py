@@ -138,7 +138,7 @@ def compare(base: str, arm: str, fmt: str) -> None:
     BASE and ARM are records JSONL files from `quantrack eval`, result JSON from `eval import --out`,
     or lm-eval samples. Delta = arm - base with a 95% Newcombe interval, exact McNemar test.
     """
-    from quantrack.accuracy.stats import compare_runs
+    from quantrack.accuracy.paired import compare_runs
 
     report = compare_runs(base, arm)
     if fmt == "json":

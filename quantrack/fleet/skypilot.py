@@ -147,11 +147,11 @@ def _slug(s: str) -> str:
 def export_skypilot(study: Study, out_dir: str | Path) -> list[ExportedTask]:
     """Write one SkyPilot task YAML (+ narrowed study file) per GPU type into ``out_dir``."""
     from quantrack.catalog import get_gpu
-    from quantrack.fleet import parse_fleet
+    from quantrack.fleet.spec import fleet_spec
 
     if not study.source or not Path(study.source).is_file():
         raise BadInput("export needs a study read from a file (load_study)")
-    fleet = parse_fleet(study)
+    fleet = fleet_spec(study.fleet, study.gpu.name, study.source)
     if not fleet.gpus:
         raise BadInput(f"study file {study.source!r}: no GPU to export for; set [gpu] name or [fleet] gpus "
                        "(\"auto\" cannot be rented)")

@@ -30,7 +30,7 @@ def kv_figures(out: ArmOutcome) -> dict[str, float]:
     extra = rep.extra if rep is not None else {}
     figs: dict[str, float] = {}
     rep_mib = extra.get("kv_mib")
-    pred_mib = _num(pred, "engine_kv_mib") if pred is not None else None
+    pred_mib = number_of(pred, "engine_kv_mib") if pred is not None else None
     if isinstance(rep_mib, (int, float)):
         figs[Metric.KV_MIB_REPORTED] = float(rep_mib)
     if pred_mib is not None:
@@ -43,7 +43,7 @@ def kv_figures(out: ArmOutcome) -> dict[str, float]:
     return figs
 
 
-def _num(obj: Any, *names: str) -> float | None:
+def number_of(obj: Any, *names: str) -> float | None:
     for n in names:
         v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)):
@@ -177,7 +177,7 @@ def _metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -
         rec.metric(Metric.AVAILABLE_KV_GIB, rep.available_kv_gib)
         rec.metric(Metric.MAX_CONCURRENCY, rep.max_concurrency)
         rec.metric(Metric.CUDA_GRAPH_GIB, rep.cuda_graph_gib)
-    predicted_tokens = _num(out.predicted or {}, "engine_tokens")
+    predicted_tokens = number_of(out.predicted or {}, "engine_tokens")
     rec.metric(Metric.KV_TOKENS_PREDICTED, predicted_tokens)
     reported = rep.kv_cache_tokens if rep is not None else None
     if predicted_tokens and reported is not None:
@@ -341,14 +341,14 @@ def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:
         return
     # SweepResult.rows: one dict per level (concurrency, output_tok_s, request_s, ...)
     for lv in sweep.rows:
-        c = _num(lv, "concurrency")
+        c = number_of(lv, "concurrency")
         if c is None:
             continue
         ci = int(c)
-        rec.metric(schema.sweep_output_tps(ci), _num(lv, "output_tok_s"))
-        rec.metric(schema.sweep_tpot_p50(ci), _num(lv, "tpot_p50_ms"))
-        rec.metric(schema.sweep_ttft_p50(ci), _num(lv, "ttft_p50_ms"))
-        rec.metric(schema.sweep_request_tps(ci), _num(lv, "request_s"))
+        rec.metric(schema.sweep_output_tps(ci), number_of(lv, "output_tok_s"))
+        rec.metric(schema.sweep_tpot_p50(ci), number_of(lv, "tpot_p50_ms"))
+        rec.metric(schema.sweep_ttft_p50(ci), number_of(lv, "ttft_p50_ms"))
+        rec.metric(schema.sweep_request_tps(ci), number_of(lv, "request_s"))
 
 
 def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
-from quantrack.errors import QuantrackError
+from quantrack.errors import BadInput, QuantrackError
 from quantrack.interrupts import Interrupted
 from quantrack.redact import redact_argv, secret_values
 from quantrack.run.outcome import ArmOutcome, Progress, StepError
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # --- node facts --------------------------------------------------------------------------------------------
 
-def node_facts(gpu_index: int = 0) -> dict[str, Any]:
+def local_node(gpu_index: int = 0) -> dict[str, Any]:
     """This node: hostname, and from NVML (quantrack.nvml) GPU name, compute capability, driver, CUDA, MIG.
 
     Without a driver the GPU facts stay unknown (absent), never guessed."""
@@ -44,6 +44,31 @@ def node_facts(gpu_index: int = 0) -> dict[str, Any]:
                       "driver": g.driver_version, "cuda_driver": g.cuda_driver_version, "mig": g.mig,
                       "gpu_memory_mib": g.memory_bytes // (1024 * 1024), "gpu_catalog_match": g.gpu.name})
     return facts
+
+
+# --- a startup log given with the run (run --server-log, quantrack log) ---------------------------------------
+
+def check_server_log(path: Path, engine: str, what: str = "--server-log") -> None:
+    """A startup log of ``engine``, or one line (exit 2): a binary file, a file with no engine's lines, or
+    another engine's log is refused, never parsed into a run that reads "no fallback"."""
+    from quantrack.engines import DETECT_BYTES, detect_engine
+
+    if not path.is_file():
+        raise BadInput(f"{what} {str(path)!r}: no such file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(DETECT_BYTES)
+    except OSError as exc:
+        raise BadInput(f"{what} {str(path)!r}: cannot read ({exc.strerror or exc})") from None
+    if b"\x00" in head:
+        raise BadInput(f"{what} {str(path)!r}: a binary file, not an engine's startup log")
+    found = detect_engine(head.decode("utf-8", errors="replace"))
+    if found is None:
+        raise BadInput(f"{what} {str(path)!r}: no {engine} startup-log lines found (not a server log?)")
+    if found != engine:
+        raise BadInput(f"{what} {str(path)!r}: this is a {found} log, the study's engine is {engine} "
+                       f"(pass --engine {found} if that is right)")
+
 
 
 # --- steps -------------------------------------------------------------------------------------------------

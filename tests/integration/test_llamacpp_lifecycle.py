@@ -199,7 +199,7 @@ def test_preflight_peeks_the_files_run_resolves(gguf_arms: dict[str, Path], monk
     from quantrack.preflight import cached_model_ref
 
     monkeypatch.setenv("QUANTRACK_CACHE", str(gguf_arms["F16"].parent))  # provisioned by the fixture
-    for qtype in models_ref.SMOLLM2_TYPES:
+    for qtype in models_ref.known_models()["smollm2"].types:
         ref = f"smollm2:{qtype}"
         provisioned = models_ref.resolve(ref).path  # the fixture made the GGUF types; hf-bf16 is exported here
         assert cached_model_ref(ref) == provisioned, ref

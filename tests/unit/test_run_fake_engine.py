@@ -61,6 +61,9 @@ def store(_migrated_store: Path, _isolated_tracking: Path, monkeypatch: pytest.M
     db = _isolated_tracking / "fake-engine.db"
     shutil.copyfile(_migrated_store, db)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    # the study names a local GGUF, which `run` refuses when it does not exist: the fake engine never opens it
+    monkeypatch.chdir(_isolated_tracking)
+    (_isolated_tracking / "fake-model.gguf").write_bytes(b"GGUF")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ and the fleet code copy with ``dataclasses.replace`` (a pydantic ``BaseModel`` d
 values arrive already typed (so pydantic's coercions would have to be switched off field by field
 with strict mode), the messages must be quantrack's one-line form rather than pydantic's
 multi-line report, and start-up stays light (``bench/study_load.py``, docs/benchmarks.md: importing
-``pydantic.BaseModel`` took 98 ms (min of 15) against 27 ms for ``quantrack.schema`` with the package, on the
+``pydantic.BaseModel`` took 98 ms (min of 15) against 27 ms for ``quantrack.settings`` with the package, on the
 loaded 2-core dev machine). What the
 module does is small: map a type hint to a check, and a range to a sentence.
 """
