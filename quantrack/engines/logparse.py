@@ -191,6 +191,13 @@ def _dispatch(builder: ReportBuilder, rules: Sequence[RuleSpec], no: int, raw: s
             rule[1](builder, line)
 
 
+def _dispatch_all(builder: ReportBuilder, rules: Sequence[RuleSpec], no: int, raw: str) -> None:
+    """Run ``rules`` (already the ones whose keyword the line holds) on one line."""
+    line = make_line(no, raw)
+    for rule in rules:
+        rule[1](builder, line)
+
+
 def _clean(raw_bytes: bytes) -> str:
     if len(raw_bytes) > 4 * MAX_LINE_CHARS:
         raw_bytes = raw_bytes[: 4 * MAX_LINE_CHARS]
@@ -230,22 +237,29 @@ def _scan_file(path: str, builder: ReportBuilder, all_rules: Sequence[RuleSpec])
             rules = [r for r in rules if len(r) < 3 or not r[2](builder)]  # type: ignore[misc]
             builder.blocks += 1
             keywords = sorted({r[0].encode() for r in rules})
-            starts: set[int] = set()
+            starts: dict[int, set[bytes]] = {}  # line start -> the keywords found in that line
             for kw in keywords:
                 pos = body.find(kw)
                 while pos >= 0:
                     ls = body.rfind(b"\n", 0, pos) + 1
-                    starts.add(ls)
+                    starts.setdefault(ls, set()).add(kw)
                     le = body.find(b"\n", pos)
                     if le < 0:
                         break
                     pos = body.find(kw, le)
+            # only the rules whose keyword the line holds run on it, in rule order (one list per keyword set)
+            by_keywords: dict[frozenset[bytes], list[RuleSpec]] = {}
             prev, count = 0, 0
             for ls in sorted(starts):
                 count += body.count(b"\n", prev, ls)
                 prev = ls
+                found = frozenset(starts[ls])
+                line_rules = by_keywords.get(found)
+                if line_rules is None:
+                    line_rules = by_keywords[found] = [r for r in rules if r[0].encode() in found]
                 le = body.find(b"\n", ls)
-                _dispatch(builder, rules, line_base + count + 1, _clean(body[ls: le if le >= 0 else len(body)]))
+                _dispatch_all(builder, line_rules, line_base + count + 1,
+                              _clean(body[ls: le if le >= 0 else len(body)]))
             n_lines = body.count(b"\n")
             line_base += n_lines + (0 if body.endswith(b"\n") else 1)
             if eof:
