@@ -122,6 +122,9 @@ def parse_log_file(path: str | Path, engine: str = "auto", *, strict: bool = Tru
         report.extra["candidates"] = det.candidates
     else:
         report = get_adapter(kind).parse_log(FileSource(str(p)), source=str(p), extra_rules=fallback_rules(kind))
+        second = next((w for w in report.warnings if w.kind == "multiple_runs"), None)
+        if second is not None and strict:  # one log, one run: never read two launches as one
+            raise BadInput(f"{path}: holds 2 runs ({second.line}); split it into one file per run")
         others = [k for k, sc in det.scores.items() if k != kind and sc >= 5 and sc * 2 >= det.scores.get(kind, 0)]
         if others:
             report.warnings.append(LogEvent(kind="mixed_engines", line_no=0,
