@@ -74,6 +74,8 @@ class AuditRow:
     degraded: str | None = None  # degraded-mode kinds (FP8 KV scale 1.0 ...), with the first line in degraded_evidence
     degraded_evidence: str | None = None
     engine_evidence: str | None = None  # "line N: marker" that decided the engine of a raw log
+    tpot_contention: str | None = None  # the latency step's contention reasons when it ran contended, else None
+    tpot_median_contention: bool = False  # the median it is compared against includes a contended TPOT
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,8 +118,16 @@ def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
             fallback=None if fb not in (FALLBACK_YES, FALLBACK_NO) else fb == FALLBACK_YES, fallback_kinds=t.get(Tag.FALLBACK_KINDS),
             evidence=t.get(Tag.FALLBACK_EVIDENCE), capacity_error_pct=m.get(Metric.CAPACITY_ERROR_PCT),
             tpot_ms=m.get(Metric.TPOT_MS_P50), status=_run_status(r), weights=p.get(Param.WEIGHTS), unknown_reason=reason,
+            tpot_contention=_latency_contention(t),
         ))
     return out
+
+
+def _latency_contention(t: dict[str, Any]) -> str | None:
+    """The reasons the run's latency step was flagged under contention (quantrack.measure.hygiene's tags)."""
+    if t.get(Tag.CONTENTION.format(step="latency")) != "yes":
+        return None
+    return t.get(Tag.CONTENTION_REASONS.format(step="latency")) or "contended"
 
 
 def _requested_quantization(p: dict[str, Any], t: dict[str, Any]) -> str | None:
@@ -266,8 +276,10 @@ def add_tpot_deviation(rows: list[AuditRow]) -> None:
             groups[(r.gpu, r.engine, r.arm)].append(r)
     for members in groups.values():
         med = median([r.tpot_ms for r in members if r.tpot_ms is not None])
+        mixed = any(r.tpot_contention for r in members)
         for r in members:
             r.group_size = len(members)
+            r.tpot_median_contention = mixed
             if med and r.tpot_ms is not None:
                 r.tpot_vs_median_pct = (r.tpot_ms - med) / med * 100.0
 
@@ -333,6 +345,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
                            "warnings": report.warnings, "fp8_probes": report.probes,
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
                                       "tpot_vs_median_pct": "derived (FINISHED runs, same GPU + engine + arm)",
+                                      "tpot_contention": "measured (host contention during the latency step)",
                                       "fallback": "measured (engine log)",
                                       "fp8_probe": "measured (quantrack probe --track)"}},
                           indent=2) + "\n"
@@ -352,9 +365,12 @@ def render(report: AuditReport, fmt: str = "table") -> str:
             vs = f"excluded ({r.status})"
         else:
             vs = _pct(r.tpot_vs_median_pct) + (f" (of {r.group_size})" if r.group_size else "")
+            if r.tpot_vs_median_pct is not None and (r.tpot_contention or r.tpot_median_contention):
+                vs += " ⚠"
+        tpot = NA if r.tpot_ms is None else f"{r.tpot_ms:.2f} ms" + (" ⚠" if r.tpot_contention else "")
         body.append([r.node, _cell(r.arm), _cell(r.gpu), _cell(r.compute_capability), _cell(r.mig), eng,
                      _cell(r.quantization), _cell(r.effective_kernel), fb, r.fp8_probe or NO_PROBE,
-                     _pct(r.capacity_error_pct), NA if r.tpot_ms is None else f"{r.tpot_ms:.2f} ms", vs,
+                     _pct(r.capacity_error_pct), tpot, vs,
                      "log" if r.status is None else r.status])
     text = tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
     lines = [text, ""]
@@ -365,6 +381,10 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     for r in report.rows:
         if r.degraded:
             lines.append(f"DEGRADED {r.node}: {r.degraded_evidence or r.degraded}")
+    for r in report.rows:
+        if r.tpot_contention:
+            lines.append(f"⚠ CONTENTION {r.node}: TPOT measured under contention ({r.tpot_contention}); its TPOT and "
+                         "every TPOT vs median of its group are not a property of the node")
     lines.extend(report.warnings)
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED))
     n_unknown = len(report.unknown)

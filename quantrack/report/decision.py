@@ -675,12 +675,46 @@ def _cost(r: RunRow, level: int | None, tps: Figure, prices: PriceTable) -> Figu
     return Figure(None, "unknown", "no price for this GPU (add it with --prices FILE)", r.run_id, "—")
 
 
+CANNOT_JUDGE = "cannot be judged here"
+
+
+def _contended_step(r: RunRow | None, step: str) -> str | None:
+    """The reasons a run's ``step`` was flagged under contention (``'contended'`` without reasons), else None."""
+    from quantrack.report.compare import contention
+
+    if r is None:
+        return None
+    state, why = contention(r, step)
+    return (why or "contended") if state == "yes" else None
+
+
+def _flagged(fig: Figure, why: list[str]) -> Figure:
+    """A figure built on a figure taken under contention carries the flag: ⚠ in its text, the reasons in its
+    source (the page's hover and the JSON)."""
+    if not why or fig.value is None:
+        return fig
+    return Figure(fig.value, fig.kind, f"{fig.source}; ⚠ under contention: {'; '.join(why)}", fig.run_id,
+                  f"{fig.show()} ⚠")
+
+
+def _unjudged(k: SloCheck, why: str) -> SloCheck:
+    """An SLO check on a figure measured under contention: neither met nor missed."""
+    if k.status not in ("meets", "misses"):
+        return k
+    return SloCheck(k.slo, "unknown", _flagged(k.value, [why]), None,
+                    f"{CANNOT_JUDGE}: {k.reason}, but the sweep ran under contention ({why}); re-run it on a quiet "
+                    "machine")
+
+
 def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, prices: PriceTable,
                uri: str | None) -> ArmDecision:
     m = r.metrics
     need_art = any(s.name not in ("tpot_p50", "ttft_p50") for s in c.slos)
     levels, art = _levels(r, uri, need_art)
+    sweep_why = _contended_step(r, "sweep")
     checks = [check_slo(s, levels, r.run_id, art) for s in c.slos]
+    if sweep_why:
+        checks = [_unjudged(k, sweep_why) for k in checks]
     level = slo_level(c.slos, levels)
     tps = levels[level]["throughput"] if level is not None else Figure(
         None, "unknown", "no measured level meets every SLO" if c.slos and levels else "no sweep", r.run_id, "—")
@@ -696,9 +730,17 @@ def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, pr
         if bt:
             tps_x = Figure(tps.value / bt, "derived", f"sweep_output_tps_c{level} / baseline's ({base.run_id})",
                            r.run_id, f"{tps.value / bt:.2f}×")
+    base_why = None if is_base else _contended_step(base, "sweep")
+    tps = _flagged(tps, [f"{r.arm}: {sweep_why}"] if sweep_why else [])
+    tps_x = _flagged(tps_x, [w for w in (f"{r.arm}: {sweep_why}" if sweep_why else None,
+                                         f"baseline: {base_why}" if base_why else None) if w])
+    lat_why = _contended_step(r, "latency")
     acc = judge_accuracy(r, base, is_base, c.max_accuracy_drop)
     kl = _measured(m, "kl_mean", r, "{:.4f}")
     top1 = _measured(m, "kl_top1_agree", r, "{:.1%}")
+    if is_base and kl.value is None:  # what the others are scored against, not a figure left unmeasured (as compare)
+        kl = Figure(None, "reference", "the baseline: every arm's KL is measured against it", r.run_id,
+                    "— (baseline)")
     if is_base:
         kl_status = "reference"
     elif c.max_kl is None:
@@ -710,7 +752,8 @@ def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, pr
     a = ArmDecision(
         arm=r.arm, run_id=r.run_id, status=_status(r), baseline=is_base, configuration=_configuration(r),
         engine=f"{r.params.get('engine') or '?'} {r.params.get('engine_version') or ''}".strip(),
-        capacity=cap, predicted=pred, capacity_x=cap_x, tpot_b1=_measured(m, "tpot_ms_p50", r, "{:.2f} ms"),
+        capacity=cap, predicted=pred, capacity_x=cap_x,
+        tpot_b1=_flagged(_measured(m, "tpot_ms_p50", r, "{:.2f} ms"), [lat_why] if lat_why else []),
         levels=levels, slo_checks=checks, slo_level=level, throughput=tps, throughput_x=tps_x,
         cost=_cost(r, level, tps, prices), acc=acc, kl=kl, top1=top1, kl_status=kl_status,
         warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r))
@@ -787,6 +830,10 @@ def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
     return sorted(out, key=lambda n: -points[n][0])
 
 
+def _no_constraint(c: Constraints) -> bool:
+    return not c.slos and c.max_accuracy_drop is None and c.max_kl is None
+
+
 def _recommend(sec: Section, c: Constraints) -> None:
     arms = {a.arm: a for a in sec.arms}
     what = "throughput at the SLO" if c.slos else "throughput at the highest measured concurrency"
@@ -811,7 +858,17 @@ def _recommend(sec: Section, c: Constraints) -> None:
             f"Not placed (a figure missing): {', '.join(left)}."
     cleared = [a for a in sec.arms if a.verdict == V_CLEAR and a.throughput.value is not None]
     priced = all(a.cost.value is not None for a in cleared)
-    if cleared:
+    flagged = [a.arm for a in cleared if "⚠" in a.throughput.show()]
+    if _no_constraint(c):
+        sec.recommendation = ("No constraint was given (no [decision] table in the study, no --slo, "
+                              "--max-accuracy-drop or --max-kl): nothing is recommended or ruled out; the figures "
+                              "below are what was measured.")
+    elif len(cleared) > 1 and flagged:
+        sec.recommendation = (f"Throughput {CANNOT_JUDGE}: {len(cleared)} arms clear every constraint "
+                              f"({', '.join(a.arm for a in cleared)}), but the sweep of {', '.join(flagged)} ran "
+                              "under contention (⚠), so ranking them on throughput or cost would rank the host's "
+                              "load. Re-run the sweep on a quiet machine.")
+    elif cleared:
         if priced:
             best = min(cleared, key=lambda a: (a.cost.value or math.inf, a.arm))
             why = f"the lowest cost per 1M output tokens at the SLO ({best.cost.show()}, {best.cost.kind})"
@@ -880,7 +937,8 @@ def _what_would_change(sec: Section, c: Constraints, cleared: list[ArmDecision])
         faster = best is None or (a.throughput.value or 0.0) > (best.throughput.value or 0.0)
         if not faster:
             continue
-        gain = (f" ({a.throughput.value / best.throughput.value:.2f}× {best.arm}'s throughput)"
+        flag = " ⚠ under contention" if "⚠" in a.throughput.show() + (best.throughput.show() if best else "") else ""
+        gain = (f" ({a.throughput.value / best.throughput.value:.2f}× {best.arm}'s throughput{flag})"
                 if best is not None and a.throughput.value and best.throughput.value else "")
         out += _blockers(a, c, gain)
     if best is not None and not best.baseline and best.acc.delta_ci is not None and c.max_accuracy_drop is not None:

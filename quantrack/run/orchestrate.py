@@ -137,6 +137,11 @@ def _sampled(study: Study, out: ArmOutcome, step: str, fn: Callable[[], Any]) ->
         out.hygiene[step] = sampler.stop()
 
 
+def _contended(out: ArmOutcome, step: str) -> bool | None:
+    h = out.hygiene.get(step)
+    return h.contended if h is not None else None
+
+
 def _say_contention(say: Progress, arm: Arm, out: ArmOutcome, step: str) -> None:
     h = out.hygiene.get(step)
     if h is not None and h.contended:
@@ -210,7 +215,8 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 sweep = out.sweep
                 if baseline is not None and baseline.sweep is not None and not arm.baseline:
                     with contextlib.suppress(StepError):  # a plot is a view of measured rows, not a measurement
-                        png = _run_step(out, "plot", lambda: step_plot(arm, sweep, baseline, workdir))
+                        png = _run_step(out, "plot", lambda: step_plot(
+                            arm, sweep, baseline, workdir, _contended(out, "sweep")))
                         out.plots[f"plots/{png.name}"] = png
                         say(f"[{arm.name}] speedup plot vs {baseline.arm.name}: {png}")
             if study.eval.task:
