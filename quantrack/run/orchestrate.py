@@ -351,6 +351,12 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     refs = {a.name: a.model for a in study.arms if a.model}
     study, resolved = _resolve_models(study, say)
     arms = [study.arm(n) for n in names] if names else list(study.arms)
+    if names and not opts.base_url and not any(a.baseline for a in arms):
+        # `run --arm X` runs the baseline too (its help says so): X's Δ, KL, speedup plot and the closing table
+        # are measured against it. With --base-url only the named server is measured.
+        arms.insert(0, study.baseline)
+        say(f"--arm {', '.join(names)}: the baseline {study.baseline.name!r} runs first (every Δ, KL and speedup "
+            "is measured against it)")
     # the baseline first: every candidate's speedup plot and KL are measured against it
     arms.sort(key=lambda a: not a.baseline)
     experiment = study.tracking.experiment or study.name

@@ -14,7 +14,7 @@ def test_fresh_store_prints_no_mlflow_info_and_tags_the_experiment_kind(tmp_path
             f"c = t._client({uri!r})\n"
             f"t.experiment_id(c, 'exp', {uri!r})\n"
             "print(c.get_experiment_by_name('exp').tags.get('mlflow.experimentKind'))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert out.stdout.strip() == "custom_model_development"
     assert "INFO" not in out.stderr and "Creating initial MLflow database tables" not in out.stderr
 
