@@ -464,3 +464,18 @@ def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
     assert publish_study_report(result, uri, tmp_path / "work", said.append) is None
     assert said == [(f"report: the runs were spooled; after `quantrack sync`, run `quantrack report --experiment "
                     f"{EXPERIMENT} --log-to-run`")]
+
+
+def test_cli_default_page_goes_beside_the_store_not_the_cwd(store: tuple[str, dict[str, str]], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    uri, _ = store
+    monkeypatch.chdir(tmp_path)
+    code, stdout, err = _cli(["report", "--experiment", EXPERIMENT, "--tracking-uri", uri], capsys)
+    assert code == 0, err
+    page = Path(uri[len("sqlite:///"):]).parent / "reports" / f"{EXPERIMENT}.html"
+    assert page.is_file() and f"wrote {page}" in stdout
+    assert list(tmp_path.iterdir()) == []  # nothing in the current folder
+    code, _, err = _cli(["report", "--experiment", EXPERIMENT, "--tracking-uri", "http://127.0.0.1:9"], capsys)
+    assert code == 2 and err == ("quantrack: error: --out FILE is required with tracking store http://… (no local "
+                                 "folder to write the page beside)\n")
