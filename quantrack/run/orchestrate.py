@@ -348,6 +348,9 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
 
         check_server_log(Path(opts.server_log), study.engine.kind)
     prices = _load_prices(opts.prices)
+    experiment = study.tracking.experiment or study.name
+    # the store is checked (a bad --tracking-uri is exit 2) before any model is fetched or requantized
+    tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
     refs = {a.name: a.model for a in study.arms if a.model}
     study, resolved = _resolve_models(study, say)
     arms = [study.arm(n) for n in names] if names else list(study.arms)
@@ -359,8 +362,6 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
             "is measured against it)")
     # the baseline first: every candidate's speedup plot and KL are measured against it
     arms.sort(key=lambda a: not a.baseline)
-    experiment = study.tracking.experiment or study.name
-    tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
     workdir = _workdir(study, opts)
     node = node_facts()
     api_key = opts.api_key or os.environ.get("QUANTRACK_API_KEY")

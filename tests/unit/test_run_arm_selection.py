@@ -43,3 +43,19 @@ def test_one_arm_runs_after_the_baseline(ran: list[str], tmp_path: Path) -> None
 def test_naming_the_baseline_runs_it_once(ran: list[str], tmp_path: Path) -> None:
     run_study(load_study(STUDY), RunOptions(arm=("fp8", "bf16"), workdir=tmp_path), progress=lambda _m: None)
     assert ran == ["bf16", "fp8"]
+
+
+def test_a_bad_tracking_uri_is_refused_before_any_model_is_fetched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Seen in a full unit run on an empty cache: `run STUDY --tracking-uri bogus://x` downloaded the model from
+    PyPI and requantized three arms (3 min), then said the URI was bad."""
+    from quantrack.cli import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("QUANTRACK_CACHE", str(cache))
+    example = Path(__file__).resolve().parents[2] / "examples" / "cpu-smollm2.toml"
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(example), "--tracking-uri", "bogus://x"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and "--tracking-uri 'bogus://x'" in err
+    assert not cache.exists()
