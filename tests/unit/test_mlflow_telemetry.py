@@ -111,6 +111,7 @@ def test_mlflow_telemetry_is_off_in_a_process_that_logs_through_quantrack(tmp_pa
     assert on == "false True", on
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_a_store_that_refuses_a_run_keeps_it_in_the_spool(monkeypatch: pytest.MonkeyPatch,
                                                            _isolated_tracking: Path) -> None:
     from quantrack import tracking

@@ -57,10 +57,16 @@ class _RetriedClient:
         return getattr(self.real, name)
 
 
+@pytest.fixture(scope="module")
+def _shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str]:
+    client = _client(f"sqlite:///{tmp_path_factory.mktemp('retry')}/mlflow.db")  # one store: creating one is slow
+    return client, client.create_experiment("retry")
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[Any, str]:
-    client = _client(f"sqlite:///{tmp_path}/mlflow.db")
-    exp = client.create_experiment("retry")
+def store(_shared: tuple[Any, str]) -> tuple[Any, str]:
+    """A fresh run of the module's store."""
+    client, exp = _shared
     return client, client.create_run(exp).info.run_id
 
 
@@ -119,6 +125,7 @@ def test_other_errors_pass_through(store: tuple[Any, str]) -> None:
         _log_batch(_Broken(), store[1], tags=[RunTag("t", "x")], sleep=lambda _s: None)
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_upload_with_every_write_retried_logs_one_whole_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole upload (params, metrics, tags, then the completeness tag) with every log_batch retried while
     the first request is in flight: one run, complete, every value once."""

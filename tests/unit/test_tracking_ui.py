@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_fresh_store_prints_no_mlflow_info_and_tags_the_experiment_kind(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = ("from quantrack import tracking as t\n"
@@ -19,6 +22,7 @@ def test_fresh_store_prints_no_mlflow_info_and_tags_the_experiment_kind(tmp_path
     assert "INFO" not in out.stderr and "Creating initial MLflow database tables" not in out.stderr
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_an_existing_experiment_without_the_kind_gets_it(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
