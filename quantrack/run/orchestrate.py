@@ -351,6 +351,9 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     experiment = study.tracking.experiment or study.name
     # the store is checked (a bad --tracking-uri is exit 2) before any model is fetched or requantized
     tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
+    for n in names:  # an unknown --arm is exit 2 before any model is fetched or verified
+        study.arm(n)
+    workdir = _workdir(study, opts)  # likewise a work dir that cannot be made
     refs = {a.name: a.model for a in study.arms if a.model}
     study, resolved = _resolve_models(study, say)
     arms = [study.arm(n) for n in names] if names else list(study.arms)
@@ -362,7 +365,6 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
             "is measured against it)")
     # the baseline first: every candidate's speedup plot and KL are measured against it
     arms.sort(key=lambda a: not a.baseline)
-    workdir = _workdir(study, opts)
     node = node_facts()
     api_key = opts.api_key or os.environ.get("QUANTRACK_API_KEY")
     secrets = tuple(s for s in (api_key,) if s)
