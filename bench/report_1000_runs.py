@@ -54,14 +54,10 @@ def main() -> None:
         build_store(uri, args.runs)
         marker.write_text("ok\n")
 
-    from quantrack.report.decision import (
-        Constraints,
-        decision_report,
-        parse_accuracy_drop,
-        parse_slo,
-    )
+    from quantrack.constraints import Constraints, parse_accuracy_drop, parse_slo
+    from quantrack.report.decision import decision_report
     from quantrack.report.page import to_html
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     n = len(load_runs(EXPERIMENT, uri))
     load0 = os.getloadavg()[0]

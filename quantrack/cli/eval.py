@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from quantrack.cli.options import setting_option
+from quantrack.engines.evaltools import ENGINE_RESULT_FORMATS
 from quantrack.errors import BadInput
 from quantrack.study import EngineSpec, EvalSpec
 
@@ -108,7 +109,7 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
         raise unknown("task", task, TASKS)
     if not base_url:
         raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
-    from quantrack.tracking import check_writable
+    from quantrack.store.files import check_writable
 
     check_writable(output, "--output")
     result = run_gsm8k(base_url, num_questions=num_questions, num_shots=num_shots, max_tokens=max_tokens,
@@ -137,7 +138,7 @@ def compare(base: str, arm: str, fmt: str) -> None:
     BASE and ARM are records JSONL files from `quantrack eval`, result JSON from `eval import --out`,
     or lm-eval samples. Delta = arm - base with a 95% Newcombe interval, exact McNemar test.
     """
-    from quantrack.accuracy.stats import compare_runs
+    from quantrack.accuracy.paired import compare_runs
 
     report = compare_runs(base, arm)
     if fmt == "json":
@@ -148,7 +149,7 @@ def compare(base: str, arm: str, fmt: str) -> None:
 
 @eval_group.command("import")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["auto", "vllm", "sglang", "lm-eval"]), default="auto",
+@click.option("--format", "fmt", type=click.Choice(["auto", *ENGINE_RESULT_FORMATS, "lm-eval"]), default="auto",
               show_default=True)
 @click.option("--filter", "lm_eval_filter", type=click.Choice(["strict-match", "flexible-extract"]),
               default="strict-match", show_default=True, help="lm-eval metric filter to import.")
@@ -170,7 +171,7 @@ def import_cmd(file: str, fmt: str, lm_eval_filter: str, task_name: str | None, 
     result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter,
                                     task_name=task_name)
     if out:
-        from quantrack.tracking import atomic_write_text
+        from quantrack.store.files import atomic_write_text
 
         atomic_write_text(out, result_json(result, records), flag="--out")
     if as_json:

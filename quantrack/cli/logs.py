@@ -66,8 +66,8 @@ _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
 
 def _shape(opts: dict[str, Any]) -> Any:
     """The model from the shared model options (cli/options.py), resolved as ``plan`` does."""
-    from quantrack import catalog
     from quantrack.errors import BadInput
+    from quantrack.hardware import catalog
 
     shapes = [k for k in _SHAPE_FLAGS if opts.get(k) is not None]
     sources = [f for f in ("model", "config", "gguf") if opts.get(f)] + (["params ..."] if shapes else [])
@@ -77,15 +77,15 @@ def _shape(opts: dict[str, Any]) -> Any:
         raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/"
                        "--head-dim")
     if opts.get("model"):
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         return resolve_model(opts["model"])  # a catalog name, or ORG/NAME[@REV] from the Hub
     if opts.get("config"):
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         return load_hf_config(opts["config"])
     if opts.get("gguf"):
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         return load_gguf(opts["gguf"])
     missing = [k for k in _SHAPE_FLAGS if opts.get(k) is None]
@@ -136,7 +136,7 @@ def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | 
 
     The arm comes from the log's quantization lines or --arm; device memory: --vram if given, else the total the
     log reports (vLLM V0's total_gpu_memory), else --gpu's."""
-    from quantrack.engines import reconcile
+    from quantrack.engines.reconcile import reconcile
 
     arm = None
     if arm_spec is not None:
@@ -148,20 +148,21 @@ def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | 
                        pp=pp, dp=dp, arm=arm, slots=slots, max_num_batched_tokens=max_num_batched_tokens,
                        max_num_seqs=max_num_seqs)
     if fmt == "json":
-        click.echo(json.dumps(result, indent=2, default=str))
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         return
     from quantrack.render import render
 
-    layout = ", ".join(f"{k} {v}" for k, v in result["parallel"].items())
-    title = (f"{result['engine']} log vs plan: model {result['model']}, gpu {result['gpu'] or '-'}, "
-             f"arm {result['arm']['name']} (from {result['arm_source']}), {layout}, context {result['context_len']}")
-    click.echo(render(result["rows"], "table", title=title,
+    data = result.to_dict()
+    layout = ", ".join(f"{k} {v}" for k, v in result.parallel.items())
+    title = (f"{result.engine} log vs plan: model {result.model}, gpu {result.gpu or '-'}, "
+             f"arm {result.arm.name} (from {result.arm_source}), {layout}, context {result.context_len}")
+    click.echo(render(data["rows"], "table", title=title,
                       headers={"predicted": "predicted (derived)", "log": "log (measured)", "error_pct": "error %"}))
-    click.echo("parallel layout: " + "; ".join(f"{k} {result['parallel'][k]} ({v})"
-                                                  for k, v in result["parallel_basis"].items()))
-    if result.get("memory_basis"):
-        click.echo(f"device memory: {result['memory_basis']}")
-    settings = result.get("settings") or {}
+    click.echo("parallel layout: " + "; ".join(f"{k} {result.parallel[k]} ({v})"
+                                                  for k, v in result.parallel_basis.items()))
+    if result.memory_basis:
+        click.echo(f"device memory: {result.memory_basis}")
+    settings = result.settings
     if settings:
         given = max_num_batched_tokens is not None or max_num_seqs is not None
         click.echo("vLLM profile settings: " + ", ".join(f"{k} {v}" for k, v in settings.items())

@@ -43,8 +43,8 @@ def _positive_float(name: str, value: str | None) -> float | None:
 
 def build_request(opts: dict[str, Any]) -> Any:
     """Turn the command's options into one validated capacity.PlanRequest (BadInput on any conflict)."""
-    from quantrack import capacity, catalog, units
     from quantrack.arms import default_arms, parse_arm_spec, with_baseline
+    from quantrack.hardware import capacity, catalog, units
 
     given_shape = [k for k in _SHAPE_FLAGS + ("hidden_size", "vocab_size") if opts.get(k) is not None]
     sources = [f for f in ("model", "config", "gguf") if opts.get(f)] + (["params ..."] if given_shape else [])
@@ -53,15 +53,15 @@ def build_request(opts: dict[str, Any]) -> Any:
     if not sources:
         raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/--head-dim")
     if opts.get("model"):
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         shape = resolve_model(opts["model"])
     elif opts.get("config"):
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         shape = load_hf_config(opts["config"])
     elif opts.get("gguf"):
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         shape = load_gguf(opts["gguf"])
     else:
@@ -107,11 +107,11 @@ def build_request(opts: dict[str, Any]) -> Any:
     ctx = _positive_int("context-len", opts.get("context_len")) or 4096
     mnbt = _positive_int("max-num-batched-tokens", opts.get("max_num_batched_tokens"))
     mns = _positive_int("max-num-seqs", opts.get("max_num_seqs"))
-    if (mnbt or mns) and not (opts.get("engine") and get_adapter(opts["engine"]).profile_settings):
+    if (mnbt or mns) and not (opts.get("engine") and get_adapter(opts["engine"]).memory.profile_settings):
         given = " and ".join(f"--{k}" for k, v in (("max-num-batched-tokens", mnbt), ("max-num-seqs", mns)) if v)
         raise BadInput(f"{given}: vLLM's profile settings, used by the engine-aware column; add --engine vllm")
     kvb = _positive_int("kv-cache-memory-bytes", opts.get("kv_cache_memory_bytes"))
-    if kvb and not (opts.get("engine") and get_adapter(opts["engine"]).profile_settings):
+    if kvb and not (opts.get("engine") and get_adapter(opts["engine"]).memory.profile_settings):
         raise BadInput("--kv-cache-memory-bytes is vLLM's setting (it replaces vLLM's memory profile); "
                        + (f"{opts['engine']} has no such flag" if opts.get("engine") else "add --engine vllm"))
     if opts.get("arm"):
@@ -167,7 +167,7 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
         for d in table:
             d.pop("notes")
     out = render(table, "md" if fmt == "md" else "table", title=req.title() + _profile_note(req))
-    from quantrack.capacity import layout_notes
+    from quantrack.hardware.capacity import layout_notes
 
     lines = [f"note: {n}" for n in layout_notes(req.shape)]
     if req.tp > 1 and rows:
@@ -182,7 +182,7 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
 
 def _profile_note(req: Any) -> str:
     """For --engine vllm: the profile settings the engine-aware column assumed (given, or vLLM's defaults)."""
-    if not (req.engine and get_adapter(req.engine).profile_settings):
+    if not (req.engine and get_adapter(req.engine).memory.profile_settings):
         return ""
     if req.kv_cache_memory_bytes:
         return f"; vLLM KV memory: --kv-cache-memory-bytes {req.kv_cache_memory_bytes} (no memory profile)"
@@ -216,7 +216,7 @@ def _profile_note(req: Any) -> str:
               show_default=True)
 def plan(**opts: Any) -> None:
     """Derived capacity per arm: weights, KV budget, KV tokens, concurrency (not measured)."""
-    from quantrack.capacity import run_plan
+    from quantrack.hardware.capacity import run_plan
 
     req = build_request(opts)
     click.echo(render_rows(req, run_plan(req), opts["fmt"]))

@@ -48,14 +48,9 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     be cleared. A fleet experiment gets one section per GPU type and the fleet audit's findings."""
     from pathlib import Path
 
+    from quantrack.constraints import Constraints, parse_accuracy_drop, parse_max_kl, parse_slo
     from quantrack.errors import BadInput
-    from quantrack.report.decision import (
-        Constraints,
-        decision_report,
-        parse_accuracy_drop,
-        parse_max_kl,
-        parse_slo,
-    )
+    from quantrack.report.decision import decision_report
 
     flags = Constraints(
         slos=tuple(parse_slo(s) for s in slos),
@@ -64,7 +59,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         prices=prices, sources=("flags",) if (slos or max_accuracy_drop or max_kl or prices) else ())
     if fmt is None:
         fmt = "md" if out and Path(out).suffix.lower() in (".md", ".markdown") else "html"
-    from quantrack.tracking import resolve_uri
+    from quantrack.store.uri import resolve_uri
 
     uri = resolve_uri(tracking_uri)
     target = Path(out) if out else _default_out(uri, experiment, fmt)
@@ -108,7 +103,7 @@ def _default_out(uri: str, experiment: str, fmt: str) -> Path:
 
 def _log_target(value: str, experiment: str, uri: str) -> str:
     from quantrack.errors import BadInput
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     if value != PARENT:
         runs = {r.run_id for r in load_runs(experiment, uri, role=None)}

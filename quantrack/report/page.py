@@ -14,15 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.errors import BadInput
-from quantrack.report.decision import (
-    V_CANNOT,
-    V_CLEAR,
-    V_MISSES,
-    ArmDecision,
-    DecisionReport,
-    Figure,
-    Section,
-)
+from quantrack.report.decision import DecisionReport
+from quantrack.report.judge import V_CANNOT, V_CLEAR, V_MISSES, ArmDecision, Verdict
+from quantrack.report.labelled import Figure
+from quantrack.report.recommend import Section
+from quantrack.run.schema import Tag
 
 FORMATS = ("html", "md")
 _CSS = """
@@ -59,7 +55,7 @@ def _cell(f: Figure) -> str:
             f'<span class="k {_kind_class(f.kind)}">{html.escape(label)}</span>')
 
 
-def _verdict_class(v: str) -> str:
+def _verdict_class(v: Verdict) -> str:
     return {V_CLEAR: "v-cleared", V_MISSES: "v-misses", V_CANNOT: "v-cannot"}.get(v, "v-not")
 
 
@@ -290,7 +286,7 @@ def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html") -> lis
 
 def log_report(files: list[Path], run_id: str, uri: str | None) -> list[str]:
     """Log the written report files as artifacts ``report/<name>`` of a run; returns the artifact paths."""
-    from quantrack.tracking import log_files_to_run
+    from quantrack.store.tracking import log_files_to_run
 
     mapping = {f"report/{p.name}": p for p in files}
     log_files_to_run(run_id, mapping, uri)
@@ -307,7 +303,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
         build_report,
         constraints_from_spec,
     )
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     parent = result.parent
     if parent is None or parent.run_id is None:
@@ -315,7 +311,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
             f"{result.experiment} --log-to-run`")
         return None
     try:
-        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get("mlflow.parentRunId") == parent.run_id]
+        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get(Tag.MLFLOW_PARENT_RUN_ID) == parent.run_id]
         if not runs:
             return None
         c = constraints_from_spec(result.study.decision, result.study.source) or Constraints()

@@ -14,7 +14,7 @@ import pytest
 
 from quantrack.cli import main
 from quantrack.report.compare import FILL, compare_experiment
-from quantrack.tracking import load_runs
+from quantrack.store.tracking import load_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -115,7 +115,7 @@ model = "{tmp_path / 'missing.gguf'}"
     assert table["fp8"]["status"] == "rejected" and table["fp8"]["gsm8k"] == FILL
     assert table["broken"]["status"] == "FAILED"
     # the secret in [engine] env never reaches the store
-    from quantrack.tracking import read_artifact_text
+    from quantrack.store.tracking import read_artifact_text
 
     env = read_artifact_text(q8.run_id, "launch/env.json", uri) or ""
     assert "HF_TOKEN" in env and "hf_testtokenvalue" not in env
@@ -185,9 +185,9 @@ def test_run_ray_flag_calls_the_fleet_runner(tmp_path: Path, capsys: pytest.Capt
         calls.append((address, tracking_uri))
         kw["progress"]("ran on the fake cluster")  # type: ignore[operator]
         return ray_runner.FleetResult(study="s", experiment="s", tracking_uri=str(tracking_uri), parent_run_id="p",
-                                      results=[ray_runner.ArmResult(key="H100/bf16", gpu="H100", arm="bf16",
+                                      results=[ray_runner.JobResult(key="H100/bf16", gpu="H100", arm="bf16",
                                                                     status="FINISHED", run_id="r1"),
-                                               ray_runner.ArmResult(key="H100/fp8", gpu="H100", arm="fp8",
+                                               ray_runner.JobResult(key="H100/fp8", gpu="H100", arm="fp8",
                                                                     status="FAILED", error="node lost")])
 
     monkeypatch.setattr(ray_runner, "run_study_on_ray", fake)

@@ -13,7 +13,7 @@ from quantrack.report.audit import render as render_audit
 from quantrack.report.compare import build_table, render
 from quantrack.report.decision import CANNOT_JUDGE, V_CANNOT, Constraints, build_report, parse_accuracy_drop, parse_slo
 from quantrack.report.plots import CONTENTION_UNKNOWN, contention_note
-from quantrack.tracking import RunRow
+from quantrack.store.records import RunRow
 
 WHY = "other processes used 1.0 of 2 cores"
 

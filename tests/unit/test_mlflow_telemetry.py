@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from quantrack.redact import known_secrets
-from quantrack.tracking import RunRecord, Tracker, pending_spool
+from quantrack.store.tracking import RunRecord, Tracker, pending_spool
 
 VAR = "_MLFLOW_TELEMETRY_SESSION_ID"
 
@@ -83,7 +83,7 @@ _PROBE = textwrap.dedent("""
         activated.append(1)
         return _activate(self)
     tc.TelemetryClient.activate = activate
-    import quantrack.tracking as t
+    import quantrack.store.tracking as t
     rec = t.RunRecord(experiment="telemetry", run_name="arm")
     rec.metric("tpot_ms_p50", 1.0)
     logged = t.Tracker(sys.argv[1], "telemetry").log(rec)
@@ -114,7 +114,7 @@ def test_mlflow_telemetry_is_off_in_a_process_that_logs_through_quantrack(tmp_pa
 @pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_a_store_that_refuses_a_run_keeps_it_in_the_spool(monkeypatch: pytest.MonkeyPatch,
                                                            _isolated_tracking: Path) -> None:
-    from quantrack import tracking
+    from quantrack.store import tracking
 
     def refuse(*_a: object, **_k: object) -> str:
         raise KeyError(VAR)
@@ -131,7 +131,7 @@ def test_a_store_that_refuses_a_run_keeps_it_in_the_spool(monkeypatch: pytest.Mo
     assert "spooled run 'Q4_0'" in said[0] and "quantrack sync" in said[0]
     # and sync puts it in the store once the store takes it
     patch.undo()
-    from quantrack.tracking import load_runs, sync_spool
+    from quantrack.store.tracking import load_runs, sync_spool
 
     result = sync_spool()
     assert result.uploaded == [rec.uuid], result

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 
-from quantrack.tracking import RunRecord, TrackingError, _client, _log_batch, experiment_id, upload
+from quantrack.store.tracking import RunRecord, TrackingError, _client, _log_batch, experiment_id, upload
 
 DUP = "RestException: BAD_REQUEST: (psycopg2.errors.UniqueViolation) duplicate key value violates unique " \
       'constraint "tag_pk"'
@@ -129,7 +129,7 @@ def test_other_errors_pass_through(store: tuple[Any, str]) -> None:
 def test_upload_with_every_write_retried_logs_one_whole_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole upload (params, metrics, tags, then the completeness tag) with every log_batch retried while
     the first request is in flight: one run, complete, every value once."""
-    from quantrack import tracking
+    from quantrack.store import tracking
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     real = _client(uri)

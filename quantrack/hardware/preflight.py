@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.arms import Arm
-from quantrack.catalog import GPU, ModelShape, get_gpu
 from quantrack.engines import DEFAULT_ENGINE, get_adapter
 from quantrack.errors import BadInput, QuantrackError, unknown
-from quantrack.rulebook import (
+from quantrack.hardware.catalog import GPU, ModelShape, get_gpu
+from quantrack.hardware.rulebook import (
     ENGINES,
     UNCHECKED,
     StudyContext,
@@ -61,7 +61,7 @@ class PreflightRequest:
     def validate(self) -> None:
         if self.engine not in ENGINES:
             raise unknown("engine", self.engine, ENGINES)
-        if self.kv_cache_memory_bytes is not None and not get_adapter(self.engine).profile_settings:
+        if self.kv_cache_memory_bytes is not None and not get_adapter(self.engine).memory.profile_settings:
             raise BadInput(f"--kv-cache-memory-bytes is vLLM's setting (it replaces vLLM's memory profile); "
                            f"{self.engine} has no such flag")
         if not self.arms:
@@ -74,14 +74,16 @@ class PreflightRequest:
             raise BadInput(f"--context-len must be >= 1, got {self.context_len}")
         if self.tp < 1:
             raise BadInput(f"--tp must be >= 1, got {self.tp}")
-        if self.engine_version and get_adapter(self.engine).release_versions:
+        if self.engine_version and get_adapter(self.engine).install.release_versions:
             parse_version(self.engine_version, "--engine-version")
         if self.cuda:
             parse_version(self.cuda, "--cuda")
 
 
 @dataclass
-class ArmResult:
+class ArmPreflight:
+    """One arm on one GPU: the rulebook's verdicts, the capacity plan and the launch line preflight prints."""
+
     gpu: str
     arm: str
     verdict: str
@@ -114,7 +116,7 @@ class PreflightReport:
     engine_version: str
     version_assumed: bool
     cuda: str | None
-    results: list[ArmResult]
+    results: list[ArmPreflight]
     study: list[Verdict]
     notes: list[str] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)  # per device: NVML facts (measured) or catalog
@@ -143,12 +145,12 @@ class PreflightReport:
 def resolve_gpus(name: str) -> list[Any]:
     """``auto`` = every visible NVIDIA GPU (NVML); otherwise one catalog GPU by name or alias."""
     if name.strip().lower() == "auto":
-        from quantrack.nvml import read_gpus
+        from quantrack.hardware.nvml import read_gpus
 
         found = read_gpus()
         if not found:
             from quantrack.errors import EnvironmentMissing
-            from quantrack.nvml import NO_DRIVER
+            from quantrack.hardware.nvml import NO_DRIVER
 
             raise EnvironmentMissing(NO_DRIVER)
         return list(found)
@@ -181,8 +183,8 @@ def _checkpoint_findings(req: PreflightRequest, arm: Arm) -> list[Any]:
     """A reject when the arm's weights are not what the Hub checkpoint stores (quantization_config)."""
     if req.model is None or getattr(req.model, "checkpoint", None) is None or arm.model:
         return []  # an arm with its own model file is not served from this checkpoint
-    from quantrack.capacity import checkpoint_mismatch
-    from quantrack.rulebook import Verdict
+    from quantrack.hardware.capacity import checkpoint_mismatch
+    from quantrack.hardware.rulebook import Verdict
 
     problem = checkpoint_mismatch(req.model, arm)
     if not problem:
@@ -197,9 +199,9 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
     if req.model is None:
         return None, "no model given (--model/--config/--gguf/--params): capacity not derived"
     try:
-        from quantrack.capacity import predict_for_arm
+        from quantrack.hardware.capacity import predict_for_arm
     except ImportError:
-        return None, "capacity model (quantrack.capacity) not available"
+        return None, "capacity model (quantrack.hardware.capacity) not available"
     try:
         pred = predict_for_arm(req.model, gpu, arm, req.engine, util=req.util, context_len=req.context_len, tp=req.tp,
                                kv_cache_memory_bytes=_kv_cache_memory_bytes(req, arm))
@@ -207,13 +209,14 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
         return None, f"capacity not derived: {exc}"
     keep = ("naive_tokens", "engine_tokens", "engine_max_concurrency", "context_len", "fits", "naive_weights_gib",
             "engine_weights_gib", "engine_kv_gib", "engine_kv_mib", "kv_dtype", "basis")
-    return {k: pred[k] for k in keep if k in pred}, None
+    flat = pred.to_dict()
+    return {k: flat[k] for k in keep if k in flat}, None
 
 
 def _kv_cache_memory_bytes(req: PreflightRequest, arm: Arm) -> int | None:
     """vLLM's --kv-cache-memory-bytes: a study's from its launch args (arm args, then [engine] args, the last
     one winning; the flag next to --study is appended there), else the flag's."""
-    from quantrack.capacity import kv_cache_memory_bytes_in
+    from quantrack.hardware.capacity import kv_cache_memory_bytes_in
 
     if req.study is not None:
         return kv_cache_memory_bytes_in([*arm.engine_args, *req.study.engine.args])
@@ -227,13 +230,13 @@ def _launch_spec(req: PreflightRequest, arm: Arm, adapter: Any) -> Any:
     if req.study is not None:
         from quantrack.engines.lifecycle import launch_spec_for_study
 
-        return launch_spec_for_study(req.study, arm, port=req.study.engine.port or adapter.default_port)
+        return launch_spec_for_study(req.study, arm, port=req.study.engine.port or adapter.serving.default_port)
     model = arm.model or req.model_path or (req.model.hf_id if req.model else None) or (req.model.name if req.model else None)
     if not model:
         raise BadInput("no model to serve (--model NAME, --config, --gguf or a study [model] path)")
     kvb = req.kv_cache_memory_bytes
     return LaunchSpec(model=model, arm=arm, context_len=req.context_len, util=req.util, tp=req.tp,
-                      port=adapter.default_port,
+                      port=adapter.serving.default_port,
                       extra_args=() if kvb is None else ("--kv-cache-memory-bytes", str(kvb)))
 
 
@@ -261,9 +264,9 @@ def _kl_util_sum(req: PreflightRequest) -> float | None:
     fractions on one GPU (the engine's default util where the study sets none)."""
     st = req.study
     adapter = get_adapter(req.engine)
-    if st is None or not adapter.start_checks_memory_share or not any(st.kl_wanted(a) for a in st.arms):
+    if st is None or not adapter.memory.start_checks_share or not any(st.kl_wanted(a) for a in st.arms):
         return None
-    util = req.util if req.util is not None else adapter.default_util
+    util = req.util if req.util is not None else adapter.memory.default_share
     if util is None:
         return None
     return round(util + (st.eval.kl_baseline_util if st.eval.kl_baseline_util is not None else util), 4)
@@ -278,7 +281,7 @@ def _kl_util_sum(req: PreflightRequest) -> float | None:
 # ("n_ctx_seq (%u) > n_ctx_train (%u)") and allocates the whole KV cache at start (engine-facts §1.4).
 _CTX_SOURCE = ("vllm/config/model.py _get_and_verify_max_len; vllm/v1/core/kv_cache_utils.py "
                "check_enough_kv_cache_memory; sglang python/sglang/srt/configs/model_config.py; derived capacity "
-               "(quantrack.capacity)")
+               "(quantrack.hardware.capacity)")
 
 
 def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU | None = None) -> list[Verdict]:
@@ -292,7 +295,7 @@ def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU
     out: list[Verdict] = []
     limit = req.model.max_context
     if limit and ctx > limit:
-        strict = get_adapter(req.engine).refuses_context_over_max
+        strict = get_adapter(req.engine).serving.refuses_context_over_max
         out.append(Verdict(
             "context-exceeds-model", "reject" if strict else "warn",
             f"context {ctx:,} is above {req.model.name}'s maximum of {limit:,} tokens"
@@ -301,7 +304,7 @@ def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU
     if cap is None:
         return out
     tokens = cap.get("engine_tokens")
-    if get_adapter(req.engine).allocates_full_context_kv:
+    if get_adapter(req.engine).memory.full_context_kv:
         kv_mib = cap.get("engine_kv_mib")
         memory, what = _memory_of(gpu)
         if kv_mib is not None and memory and kv_mib * 2**20 > memory:
@@ -351,17 +354,17 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
                        engine_env=tuple(req.study.engine.env) if req.study is not None else (),
                        kl_util_sum=_kl_util_sum(req))
     notes: list[str] = []
-    if assumed and get_adapter(req.engine).release_versions:
+    if assumed and get_adapter(req.engine).install.release_versions:
         notes.append(f"--engine-version not given: rules assume {req.engine} {version}, the version the facts were read from")
-    if req.cuda is None and get_adapter(req.engine).cuda_gated:
+    if req.cuda is None and get_adapter(req.engine).install.cuda_gated:
         notes.append("--cuda not given: gates on the CUDA the engine was built with are reported as unchecked")
     if req.study is not None and not req.study.engine.port:
         notes.append(f"[engine] port = 0: run picks a free port at start; launch lines show {req.engine}'s "
-                     f"default port {get_adapter(req.engine).default_port}")
+                     f"default port {get_adapter(req.engine).serving.default_port}")
     for ref in req.unprovisioned:
         notes.append(f"model {ref} is not in the cache yet: run provisions it on first use (preflight "
                      "never downloads)")
-    results: list[ArmResult] = []
+    results: list[ArmPreflight] = []
     for gpu in req.gpus:
         facts = facts_of(gpu)
         cuda_driver = getattr(gpu, "cuda_driver_version", None)
@@ -383,7 +386,7 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
                 launch_note: str | None = "not runnable: no launch command"
             else:
                 launch, env, launch_note = _launch(req, arm)
-            results.append(ArmResult(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
+            results.append(ArmPreflight(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
                                      capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note,
                                      launch_env=env, model_ref=_arm_model_ref(req, arm) if launch else None))
     return PreflightReport(engine=req.engine, engine_version=version, version_assumed=assumed, cuda=req.cuda,
@@ -396,7 +399,7 @@ def cached_model_ref(ref: str) -> Path | None:
 
     ``models_ref.cached_path`` (one file-naming rule with ``run``'s provisioning); a value that is not a
     reference gives None, an unknown reference raises models_ref's one-line BadInput."""
-    from quantrack import models_ref
+    from quantrack.models import ref as models_ref
 
     return models_ref.cached_path(ref) if models_ref.is_ref(ref) else None
 
@@ -404,7 +407,7 @@ def cached_model_ref(ref: str) -> Path | None:
 def peek_model_refs(study: Any) -> tuple[Any, tuple[str, ...]]:
     """The study with every *provisioned* model reference replaced by its cached file, and the
     references that are not provisioned yet (left as they are: ``run`` provisions them)."""
-    from quantrack.models_ref import is_ref
+    from quantrack.models.ref import is_ref
 
     missing: list[str] = []
 
@@ -438,20 +441,23 @@ def _apply_overrides(study: Any, o: dict[str, Any]) -> Any:
 
 def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     """A request from a study file; non-None ``overrides`` (from flags) win over the file."""
+    from quantrack.models.ref import check_local_files
     from quantrack.study import load_study
 
-    study, unprovisioned = peek_model_refs(_apply_overrides(load_study(path), overrides))
+    loaded = _apply_overrides(load_study(path), overrides)
+    check_local_files(loaded)  # a GGUF file that is not there is refused, not allowed
+    study, unprovisioned = peek_model_refs(loaded)
     model = None
     if study.model.name:
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         model = resolve_model(study.model.name)
     elif study.model.config:
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         model = load_hf_config(study.model.config)
     elif study.model.gguf and study.model.gguf not in unprovisioned:
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         model = load_gguf(study.model.gguf)
     gpu_name = overrides.pop("gpu", None) or study.gpu.name
