@@ -8,10 +8,12 @@ import csv
 import io
 import json
 
+from quantrack.constraints import Constraints, parse_accuracy_drop, parse_slo
 from quantrack.report.audit import build_audit
 from quantrack.report.audit import render as render_audit
 from quantrack.report.compare import build_table, render
-from quantrack.report.decision import CANNOT_JUDGE, V_CANNOT, Constraints, build_report, parse_accuracy_drop, parse_slo
+from quantrack.report.decision import build_report
+from quantrack.report.judge import CANNOT_JUDGE, V_CANNOT
 from quantrack.report.plots import CONTENTION_UNKNOWN, contention_note
 from quantrack.store.records import RunRow
 
