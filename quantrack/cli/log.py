@@ -12,7 +12,7 @@ from quantrack.engines import ENGINE_KINDS
               help="The study the arm belongs to (experiment, model, engine, GPU).")
 @click.option("--arm", required=True, metavar="NAME", help="The arm these results are for.")
 @click.option("--latency", default=None, metavar="row.json", type=click.Path(dir_okay=False),
-              help="A latency row: `quantrack latency --output` JSON or the reference client's JSON.")
+              help="A latency row: `quantrack latency --save` JSON or the reference client's JSON.")
 @click.option("--eval", "eval_path", default=None, metavar="result.json|records.jsonl",
               type=click.Path(dir_okay=False),
               help="GSM8K per-question records (.jsonl; enables the paired test) or a result JSON.")

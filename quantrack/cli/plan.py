@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from quantrack.cli.options import model_options
+from quantrack.cli.options import model_options, setting_option
 from quantrack.engines import DEFAULT_UTIL, GPU_ENGINE_KINDS, get_adapter
 from quantrack.errors import BadInput
+from quantrack.study import GpuSpec, Study
 
 _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
 
@@ -196,10 +197,12 @@ def _profile_note(req: Any) -> str:
 @click.option("--vocab-size", help="Vocabulary size (optional).")
 @click.option("--vram", help="Memory per GPU: 24 (= GiB), 24GiB, 16GB (decimal), 512MiB.")
 @click.option("--gpu", help="Catalog GPU (see `quantrack catalog gpus`); uses its device-reported memory.")
-@click.option("--tp", help="Tensor-parallel size (default 1).")
-@click.option("--util", help=f"Fraction of memory the engine may use, in (0, 1] (default {DEFAULT_UTIL:g}).")
+@setting_option(GpuSpec, "count", name="tp", default=None, help="Tensor-parallel size (default 1).")
+@setting_option(GpuSpec, "util", default=None,
+                help=f"Fraction of memory the engine may use (default {DEFAULT_UTIL:g}).")
 @click.option("--overhead", help="Fixed overhead subtracted from the budget (memory string, default 0).")
-@click.option("--context-len", help="Tokens per request for the concurrency column (default 4096).")
+@setting_option(Study, "context_len", default=None,
+                help="Tokens per request for the concurrency column (default 4096).")
 @click.option("--arm", "arm", multiple=True,
               help="Arm preset (bf16, fp8, fp8-kv, int8, w4a16 ...) or weights=…,kv=…; repeatable.")
 @click.option("--engine", type=click.Choice(GPU_ENGINE_KINDS), help="Add the engine-aware prediction column.")

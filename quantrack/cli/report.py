@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 PARENT = "parent"  # --log-to-run alone: the experiment's newest study parent run
@@ -25,8 +27,9 @@ PARENT = "parent"  # --log-to-run alone: the experiment's newest study parent ru
               help="The reference arm (default: the arm tagged baseline, else bf16).")
 @click.option("--gpu", default=None, metavar="NAME", help="Only the runs measured on this GPU type.")
 @click.option("--out", default=None, metavar="FILE", type=click.Path(dir_okay=False),
-              help="Where to write the page (default report.html, or report.md with --format md; the md form "
-                   "writes its PNGs beside it).")
+              help="Where to write the page (default: beside a local store, <store dir>/reports/EXPERIMENT.html, "
+                   "or .md with --format md; required for a tracking server). The md form writes its PNGs "
+                   "beside it.")
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
               help="html: one self-contained file, figures embedded; md: Markdown + PNG files (default: from "
                    "--out's suffix, else html).")
@@ -56,19 +59,20 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         prices=prices, sources=("flags",) if (slos or max_accuracy_drop or max_kl or prices) else ())
     if fmt is None:
         fmt = "md" if out and Path(out).suffix.lower() in (".md", ".markdown") else "html"
-    target = Path(out or f"report.{fmt}")
-    if target.is_dir():
-        raise BadInput(f"--out {str(target)!r} is a directory: give a file name")
-    if not target.parent.is_dir():
-        raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
     from quantrack.store.uri import resolve_uri
 
     uri = resolve_uri(tracking_uri)
+    target = Path(out) if out else _default_out(uri, experiment, fmt)
+    if target.is_dir():
+        raise BadInput(f"--out {str(target)!r} is a directory: give a file name")
+    if out and not target.parent.is_dir():
+        raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
     rep = decision_report(experiment, flags, uri=uri, study=study_file, baseline=baseline, gpu=gpu)
     run_id = _log_target(log_to_run, experiment, uri) if log_to_run else None  # checked before writing
 
     from quantrack.report.page import log_report, write_report
 
+    target.parent.mkdir(parents=True, exist_ok=True)  # the default folder beside the store
     files = write_report(rep, target, fmt)
     for s in rep.sections:
         click.echo(f"{s.gpu}: {s.recommendation}")
@@ -80,6 +84,21 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     if run_id is not None:
         paths = log_report(files, run_id, uri)
         click.echo(f"logged {', '.join(paths)} to run {run_id}")
+
+
+def _default_out(uri: str, experiment: str, fmt: str) -> Path:
+    """Beside a local SQLite store (``sqlite:///mlruns/mlflow.db`` -> ``mlruns/reports/EXPERIMENT.html``), never
+    the current folder; a server store has no folder of the user's, so --out is required."""
+    import re
+
+    from quantrack.errors import BadInput
+
+    if not uri.startswith("sqlite:///"):
+        raise BadInput(f"--out FILE is required with tracking store {uri.split('://')[0]}://… (no local folder "
+                       "to write the page beside)")
+    store = Path(uri.removeprefix("sqlite:///"))
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "report"
+    return store.parent / "reports" / f"{name}.{fmt}"
 
 
 def _log_target(value: str, experiment: str, uri: str) -> str:

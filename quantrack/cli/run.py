@@ -14,7 +14,7 @@ EXIT_REJECTED = 3
 @click.command("run")
 @click.argument("study_file", metavar="STUDY.toml", type=click.Path(dir_okay=False))
 @click.option("--arm", "arms", multiple=True, metavar="NAME",
-              help="Run only this arm of the study (repeatable; the baseline still runs first).")
+              help="Run only this arm of the study (repeatable); the baseline runs first unless --base-url is given.")
 @click.option("--base-url", default=None, metavar="URL",
               help="Measure a server that is already running (with one --arm) instead of starting one.")
 @click.option("--server-log", default=None, metavar="FILE", type=click.Path(dir_okay=False),

@@ -166,7 +166,9 @@ class ManagedServer:
         if self.running():
             return self
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        # keys, then .get(): MLflow's telemetry thread may unset a variable meanwhile (issue #31)
+        env = {k: v for k in list(os.environ) if (v := os.environ.get(k)) is not None}
+        env.update({**self.env, "PYTHONUNBUFFERED": "1"})
         self._check_executable(env)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child; closed right after Popen
         try:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from quantrack.errors import BadInput, QuantrackError, did_you_mean
 from quantrack.report.armrun import ArmRun, ProbeFact, as_arm_runs, probe_fact
-from quantrack.run.schema import FallbackState, Role, RunStatus
+from quantrack.run.schema import ContentionState, FallbackState, Role, RunStatus
 
 if TYPE_CHECKING:
     from quantrack.engines.base import LogReport
@@ -86,6 +86,8 @@ class AuditRow:
     degraded_evidence: str | None = None
     engine_evidence: str | None = None  # "line N: marker" that decided the engine of a raw log
     failure: str | None = None  # a raw log whose start failed: "kind at line N: text" (status FAILED)
+    tpot_contention: str | None = None  # the latency step's contention reasons when it ran contended, else None
+    tpot_median_contention: bool = False  # the median it is compared against includes a contended TPOT
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,8 +129,15 @@ def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
             fallback=None if fb.state not in (FallbackState.YES, FallbackState.NO) else fb.fell_back,
             fallback_kinds=fb.kinds, evidence=fb.evidence, capacity_error_pct=r.capacity_error_pct,
             tpot_ms=r.tpot_ms_p50, status=_run_status(r), weights=cfg.weights, unknown_reason=reason,
+            tpot_contention=_latency_contention(r),
         ))
     return out
+
+
+def _latency_contention(r: ArmRun) -> str | None:
+    """The reasons the run's latency step was flagged under contention (quantrack.measure.hygiene's tags)."""
+    c = r.contention_of("latency")
+    return (c.reasons or "contended") if c.state == ContentionState.YES else None
 
 
 def _requested_quantization(r: ArmRun) -> str | None:
@@ -281,8 +290,10 @@ def add_tpot_deviation(rows: list[AuditRow]) -> None:
             groups[(r.gpu, r.engine, r.arm)].append(r)
     for members in groups.values():
         med = median([r.tpot_ms for r in members if r.tpot_ms is not None])
+        mixed = any(r.tpot_contention for r in members)
         for r in members:
             r.group_size = len(members)
+            r.tpot_median_contention = mixed
             if med and r.tpot_ms is not None:
                 r.tpot_vs_median_pct = (r.tpot_ms - med) / med * 100.0
 
@@ -349,6 +360,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
                            "warnings": report.warnings, "fp8_probes": report.probes,
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
                                       "tpot_vs_median_pct": "derived (FINISHED runs, same GPU + engine + arm)",
+                                      "tpot_contention": "measured (host contention during the latency step)",
                                       "fallback": "measured (engine log)",
                                       "fp8_probe": "measured (quantrack probe --track)"}},
                           indent=2) + "\n"
@@ -368,9 +380,12 @@ def render(report: AuditReport, fmt: str = "table") -> str:
             vs = f"excluded ({r.status})"
         else:
             vs = _pct(r.tpot_vs_median_pct) + (f" (of {r.group_size})" if r.group_size else "")
+            if r.tpot_vs_median_pct is not None and (r.tpot_contention or r.tpot_median_contention):
+                vs += " ⚠"
+        tpot = NA if r.tpot_ms is None else f"{r.tpot_ms:.2f} ms" + (" ⚠" if r.tpot_contention else "")
         body.append([r.node, _cell(r.arm), _cell(r.gpu), _cell(r.compute_capability), _cell(r.mig), eng,
                      _cell(r.quantization), _cell(r.effective_kernel), fb, r.fp8_probe or NO_PROBE,
-                     _pct(r.capacity_error_pct), NA if r.tpot_ms is None else f"{r.tpot_ms:.2f} ms", vs,
+                     _pct(r.capacity_error_pct), tpot, vs,
                      "log" if r.status is None else r.status])
     text = tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
     lines = [text, ""]
@@ -384,6 +399,9 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     for r in report.rows:
         if r.failure:
             lines.append(f"FAILED {r.node}: the start failed ({r.failure})")
+        if r.tpot_contention:
+            lines.append(f"⚠ CONTENTION {r.node}: TPOT measured under contention ({r.tpot_contention}); its TPOT and "
+                         "every TPOT vs median of its group are not a property of the node")
     lines.extend(report.warnings)
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED) and not r.failure)
     n_unknown = len(report.unknown)

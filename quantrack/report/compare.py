@@ -68,6 +68,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("top1_agree", "Top-1 agree", "measured: KL fidelity run"),
     ("kl", "KL", "measured: KL fidelity run (mean nats/token)"),
     ("status", "Status", "run status"),
+    ("contention", "Contention", ("measured: host contention while each timed step ran (quantrack.measure.hygiene); "
+                                  "⚠ marks every figure built on a contended step")),
 )
 
 
@@ -81,6 +83,7 @@ class CompareTable:
     cost_header: str = "$ / 1M out tok (derived)"
     skipped: dict[str, dict[str, int]] = field(default_factory=dict)  # arm -> {status: runs not shown}
     narrow: list[dict[str, str]] = field(default_factory=list)  # the default table's merged cells, per row
+    study_running: bool = False  # a parent study run of this experiment is still RUNNING (more arms may come)
 
     def headers(self) -> list[str]:
         return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header) for _, h, _ in COLUMNS]
@@ -175,6 +178,15 @@ def _status(r: ArmRun) -> str:
     return "finished" if r.status == RunStatus.FINISHED else str(r.status)
 
 
+def _contention_cell(r: ArmRun) -> str:
+    """'latency ⚠, sweep ⚠' for the contended steps; 'none' when every sampled step was quiet; 'not recorded'."""
+    states = {step: r.contention_of(step).state for step in ("latency", "sweep")}
+    hit = [f"{step} ⚠" for step, st in states.items() if st == ContentionState.YES]
+    if hit:
+        return ", ".join(hit)
+    return "none" if ContentionState.NO in states.values() else "not recorded"
+
+
 def _tpot_cell(r: ArmRun) -> str:
     """Client TPOT (and the server's own per-token time where the engine reports it), ⚠ if contended."""
     if r.tpot_ms_p50 is None:
@@ -225,6 +237,10 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
         cost, cost_n, cost_info = costs[arm]
         if len(cost_ns) > 1 and cost_n is not None and cost_info is not None:
             cost = f"{cost} @c{cost_n}"
+        # a figure built on a step measured under contention carries the flag, in every format
+        lat_flag = " ⚠" if r.contention_of("latency").state == ContentionState.YES else ""
+        if cost_info is not None and r.contention_of("sweep").state == ContentionState.YES:
+            cost = f"{cost} ⚠"
         pt: PairedTest | None = None
         if arm == base_name:
             delta = BASELINE_CELL
@@ -247,7 +263,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "predicted_tok": _int(r.kv_tokens_predicted),
             "capacity_error": FILL if cap_err is None else f"{cap_err:+.2f}%",
             "kv_mib": _num(r.kv_mib_reported),
-            "tpot_ms": FILL if r.tpot_ms_p50 is None else f"{r.tpot_ms_p50:.2f} ms",
+            "tpot_ms": FILL if r.tpot_ms_p50 is None else f"{r.tpot_ms_p50:.2f} ms" + lat_flag,
             "cost": cost,
             "gsm8k": gsm,
             "delta": delta,
@@ -258,6 +274,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             else f"{r.kl_top1_agree * 100:.1f}%",
             "kl": (BASELINE_CELL if arm == base_name else FILL) if r.kl_mean is None else f"{r.kl_mean:.4f}",
             "status": _status(r),
+            "contention": _contention_cell(r),
         }
         table.rows.append(row)
         is_base = arm == base_name
@@ -361,7 +378,8 @@ def render_narrow(table: CompareTable, width: int = WIDTH) -> str:
     for key, same in _DROPPABLE.items():
         if rows and all(r[key] in same for r in rows):
             cols = [c for c in cols if c[0] != key]
-            dropped.append(_DROP_NOTE[key])
+            dropped.append("every arm logged so far finished" if key == "status" and table.study_running
+                           else _DROP_NOTE[key])
     import tabulate as _tabulate_module  # type: ignore[import-untyped]
 
     def _text(cs: list[tuple[str, str]]) -> str:
@@ -440,7 +458,21 @@ def compare_experiment(experiment: str, baseline: str | None = None, uri: str | 
     runs = load_runs(experiment, uri)
     if not runs:
         raise BadInput(f"experiment {experiment!r} has no arm runs (log some with `quantrack run` or `quantrack log`)")
-    return build_table(experiment, runs, baseline, price_table)
+    return _mark_running(build_table(experiment, runs, baseline, price_table), experiment, uri)
+
+
+def _mark_running(table: CompareTable, experiment: str, uri: str | None) -> CompareTable:
+    """A study of this experiment still running (its parent run RUNNING): the table says so, never 'every arm
+    finished' about the arms logged so far."""
+    from quantrack.store.tracking import load_runs
+
+    running = [r for r in load_runs(experiment, uri, role="study") if r.status == "RUNNING"]
+    if running:
+        table.study_running = True
+        names = ", ".join(sorted({r.run_name for r in running}))
+        table.notes.insert(0, f"study still running ({names}): the arms below are those logged so far; "
+                              "more may come.")
+    return table
 
 
 def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None = None,
@@ -462,8 +494,10 @@ def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None
                            f"GPUs: {', '.join(sorted(groups))}")
         groups = {match[0]: groups[match[0]]}
     if len(groups) == 1:
-        return [build_table(experiment, next(iter(groups.values())), baseline, price_table)]
-    return [build_table(f"{experiment} @ {g}", rs, baseline, price_table) for g, rs in sorted(groups.items())]
+        return [_mark_running(build_table(experiment, next(iter(groups.values())), baseline, price_table),
+                              experiment, uri)]
+    return [_mark_running(build_table(f"{experiment} @ {g}", rs, baseline, price_table), experiment, uri)
+            for g, rs in sorted(groups.items())]
 
 
 def render_many(tables: list[CompareTable], fmt: str = "table", wide: bool = False) -> str:

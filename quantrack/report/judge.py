@@ -363,13 +363,45 @@ def _cost(r: ArmRun, level: int | None, tps: Figure, prices: PriceTable) -> Figu
                   f"metric {sweep_output_tps(level)}", r.run_id, f"${v:.3f}" if v < 10 else f"${v:.2f}")
 
 
+CANNOT_JUDGE = "cannot be judged here"
+
+
+def _contended_step(r: ArmRun | None, step: str) -> str | None:
+    """The reasons a run's ``step`` was flagged under contention (``'contended'`` without reasons), else None."""
+    if r is None:
+        return None
+    c = r.contention_of(step)
+    return (c.reasons or "contended") if c.state == ContentionState.YES else None
+
+
+def _flagged(fig: Figure, why: list[str]) -> Figure:
+    """A figure built on a figure taken under contention carries the flag: ⚠ in its text, the reasons in its
+    source (the page's hover and the JSON)."""
+    if not why or fig.value is None:
+        return fig
+    return Figure(fig.value, fig.kind, f"{fig.source}; ⚠ under contention: {'; '.join(why)}", fig.run_id,
+                  f"{fig.show()} ⚠")
+
+
+def _unjudged(k: SloCheck, why: str) -> SloCheck:
+    """An SLO check on a figure measured under contention: neither met nor missed."""
+    if k.status not in ("meets", "misses"):
+        return k
+    return SloCheck(k.slo, "unknown", _flagged(k.value, [why]), None,
+                    f"{CANNOT_JUDGE}: {k.reason}, but the sweep ran under contention ({why}); re-run it on a quiet "
+                    "machine")
+
+
 def decide_arm(r: ArmRun, base: ArmRun | None, is_base: bool, c: Constraints, prices: PriceTable,
                uri: str | None) -> ArmDecision:
     from quantrack.run.schema import Metric, sweep_output_tps
 
     need_art = any(s.name not in ("tpot_p50", "ttft_p50") for s in c.slos)
     levels, art = arm_levels(r, uri, need_art)
+    sweep_why = _contended_step(r, "sweep")
     checks = [check_slo(s, levels, r.run_id, art) for s in c.slos]
+    if sweep_why:
+        checks = [_unjudged(k, sweep_why) for k in checks]
     level = slo_level(c.slos, levels)
     tps = levels[level]["throughput"] if level is not None else Figure(
         None, FigureKind.UNKNOWN, "no measured level meets every SLO" if c.slos and levels else "no sweep", r.run_id, "—")
@@ -385,9 +417,17 @@ def decide_arm(r: ArmRun, base: ArmRun | None, is_base: bool, c: Constraints, pr
         if bt:
             tps_x = Figure(tps.value / bt, FigureKind.DERIVED, f"{sweep_output_tps(level)} / baseline's ({base.run_id})",
                            r.run_id, f"{tps.value / bt:.2f}×")
+    base_why = None if is_base else _contended_step(base, "sweep")
+    tps = _flagged(tps, [f"{r.arm}: {sweep_why}"] if sweep_why else [])
+    tps_x = _flagged(tps_x, [w for w in (f"{r.arm}: {sweep_why}" if sweep_why else None,
+                                         f"baseline: {base_why}" if base_why else None) if w])
+    lat_why = _contended_step(r, "latency")
     acc = judge_accuracy(r, base, is_base, c.max_accuracy_drop)
     kl = measured(r.kl_mean, Metric.KL_MEAN, r, "{:.4f}")
     top1 = measured(r.kl_top1_agree, Metric.KL_TOP1_AGREE, r, "{:.1%}")
+    if is_base and kl.value is None:  # what the others are scored against, not a figure left unmeasured (as compare)
+        kl = Figure(None, FigureKind.REFERENCE, "the baseline: every arm's KL is measured against it", r.run_id,
+                    "— (baseline)")
     kl_status: KlStatus
     if is_base:
         kl_status = "reference"
@@ -401,7 +441,7 @@ def decide_arm(r: ArmRun, base: ArmRun | None, is_base: bool, c: Constraints, pr
         arm=r.arm, run_id=r.run_id, status=r.status, baseline=is_base, configuration=configuration(r),
         engine=f"{r.config.engine or '?'} {r.config.engine_version or ''}".strip(),
         capacity=cap, predicted=pred, capacity_x=cap_x,
-        tpot_b1=measured(r.tpot_ms_p50, Metric.TPOT_MS_P50, r, "{:.2f} ms"),
+        tpot_b1=_flagged(measured(r.tpot_ms_p50, Metric.TPOT_MS_P50, r, "{:.2f} ms"), [lat_why] if lat_why else []),
         levels=levels, slo_checks=checks, slo_level=level, throughput=tps, throughput_x=tps_x,
         cost=_cost(r, level, tps, prices), acc=acc, kl=kl, top1=top1, kl_status=kl_status,
         warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r))

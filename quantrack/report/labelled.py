@@ -22,6 +22,7 @@ class FigureKind(StrEnum):
     IMPORTED = "imported"
     FILL_IN = FILL  # not measured
     UNKNOWN = "unknown"  # cannot be formed (a missing input, no price)
+    REFERENCE = "reference"  # the baseline's own place where the others are measured against it ("— (baseline)")
 
 
 

@@ -28,12 +28,14 @@ h1{font-size:1.5em;margin-bottom:4px}h2{border-bottom:2px solid #ddd;padding-bot
 h3{margin-top:24px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ccc;padding:4px 6px;
 vertical-align:top;text-align:left}th{background:#f3f3f3}
-.k{font-size:10px;border-radius:3px;padding:0 3px;margin-left:3px;color:#fff;white-space:nowrap}
+.k{font-size:9px;border-radius:3px;padding:0 2px;margin-left:2px;color:#fff;white-space:nowrap}
 .measured{background:#2b7a3d}.derived{background:#2f5fa8}.imported{background:#8a5a00}.fill,.unknown{background:#b02a2a}
 .v{font-weight:bold;white-space:nowrap;border-radius:3px;padding:1px 5px}
 .v-cleared{background:#d9f2dd}.v-misses{background:#f8d4d4}.v-cannot{background:#fff1c6}.v-not{background:#e4e4e4}
 .rec{background:#eef5ff;border-left:4px solid #2f5fa8;padding:8px 12px;margin:12px 0}
-.slo{min-width:220px}.scroll{overflow-x:auto}.warn{color:#8a4b00}.val{white-space:nowrap}.small{font-size:12px;color:#555}figure{margin:16px 0}figcaption{font-size:12px;color:#555;
+.slo{min-width:150px}.scroll{overflow-x:auto}
+table.verdicts{width:100%;font-size:12px}table.verdicts td{overflow-wrap:anywhere;padding:3px 4px}
+table.verdicts th{padding:3px 4px;font-size:11px}.warn{color:#8a4b00}.val{white-space:nowrap}.small{font-size:12px;color:#555}figure{margin:16px 0}figcaption{font-size:12px;color:#555;
 max-width:640px}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:8px}img{max-width:100%;border:1px solid #eee}ul{margin:4px 0}code{background:#f5f5f5;padding:0 3px}
 """
 

@@ -19,6 +19,18 @@ from typing import Any
 
 from quantrack.errors import BadInput
 
+CONTENTION_UNKNOWN = "host contention not recorded"
+
+
+def contention_note(states: dict[str, bool | None]) -> str:
+    """The title note for a ratio of several arms' sweeps: ``{arm: contended}`` (None = not sampled)."""
+    flagged = [a for a, c in states.items() if c]
+    if flagged:
+        return f"⚠ contention during {', '.join(flagged)}'s sweep"
+    if states and all(c is False for c in states.values()):
+        return "quiet host"
+    return CONTENTION_UNKNOWN
+
 
 def speedup_points(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per shared concurrency level: throughput ratio (B/A) and TPOT ratio (A/B); None if a side is missing."""
@@ -48,8 +60,12 @@ def plot_speedup(
     *,
     label_a: str = "baseline",
     label_b: str = "arm",
+    contention: str | None = None,
 ) -> Path:
-    """Write the speedup-vs-concurrency PNG; returns its path. BadInput if no level is shared."""
+    """Write the speedup-vs-concurrency PNG; returns its path. BadInput if no level is shared.
+
+    ``contention`` is what the two sweeps' hygiene recorded (:func:`contention_note`); a ratio built on a figure
+    taken under contention carries the flag in its title, and an unrecorded host state is said as such."""
     points = speedup_points(rows_a, rows_b)
     if not points:
         raise BadInput("the two sweeps share no concurrency level; nothing to plot")
@@ -73,7 +89,8 @@ def plot_speedup(
         ax.set_xticks([p["concurrency"] for p in points], labels=[str(p["concurrency"]) for p in points])
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel("speedup (>1 = arm faster)")
-        ax.set_title(f"{label_b} vs {label_a} (measured)")
+        ax.set_title(f"{label_b} vs {label_a} (measured; {contention or CONTENTION_UNKNOWN})",
+                     color="#b45309" if (contention or "").startswith("⚠") else "black", fontsize=10)
         ax.legend(loc="best", fontsize=8)
         ax.grid(True, alpha=0.3)
         out = Path(path)

@@ -10,6 +10,7 @@ from quantrack.constraints import (
     Constraints,
 )
 from quantrack.report.judge import (
+    CANNOT_JUDGE,
     GSM8K_SIZE,
     V_CLEAR,
     ArmDecision,
@@ -70,7 +71,17 @@ def recommend(sec: Section, c: Constraints) -> None:
             f"Not placed (a figure missing): {', '.join(left)}."
     cleared = [a for a in sec.arms if a.verdict == V_CLEAR and a.throughput.value is not None]
     priced = all(a.cost.value is not None for a in cleared)
-    if cleared:
+    flagged = [a.arm for a in cleared if "⚠" in a.throughput.show()]
+    if _no_constraint(c):
+        sec.recommendation = ("No constraint was given (no [decision] table in the study, no --slo, "
+                              "--max-accuracy-drop or --max-kl): nothing is recommended or ruled out; the figures "
+                              "below are what was measured.")
+    elif len(cleared) > 1 and flagged:
+        sec.recommendation = (f"Throughput {CANNOT_JUDGE}: {len(cleared)} arms clear every constraint "
+                              f"({', '.join(a.arm for a in cleared)}), but the sweep of {', '.join(flagged)} ran "
+                              "under contention (⚠), so ranking them on throughput or cost would rank the host's "
+                              "load. Re-run the sweep on a quiet machine.")
+    elif cleared:
         if priced:
             best = min(cleared, key=lambda a: (a.cost.value or math.inf, a.arm))
             why = f"the lowest cost per 1M output tokens at the SLO ({best.cost.show()}, {best.cost.kind})"
@@ -89,6 +100,10 @@ def recommend(sec: Section, c: Constraints) -> None:
     else:
         sec.recommendation = "No arm clears every constraint: nothing can be recommended for deployment yet."
     sec.changes = _what_would_change(sec, c, cleared)
+
+
+def _no_constraint(c: Constraints) -> bool:
+    return not c.slos and c.max_accuracy_drop is None and c.max_kl is None
 
 
 def _blockers(a: ArmDecision, c: Constraints, gain: str) -> list[str]:
@@ -139,7 +154,8 @@ def _what_would_change(sec: Section, c: Constraints, cleared: list[ArmDecision])
         faster = best is None or (a.throughput.value or 0.0) > (best.throughput.value or 0.0)
         if not faster:
             continue
-        gain = (f" ({a.throughput.value / best.throughput.value:.2f}× {best.arm}'s throughput)"
+        flag = " ⚠ under contention" if "⚠" in a.throughput.show() + (best.throughput.show() if best else "") else ""
+        gain = (f" ({a.throughput.value / best.throughput.value:.2f}× {best.arm}'s throughput{flag})"
                 if best is not None and a.throughput.value and best.throughput.value else "")
         out += _blockers(a, c, gain)
     if best is not None and not best.baseline and best.acc.delta_ci is not None and c.max_accuracy_drop is not None:

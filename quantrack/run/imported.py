@@ -49,7 +49,7 @@ def load_latency_row(path: Path) -> dict[str, Any]:
         raise BadInput(f"--latency {str(path)!r}: expected a JSON object")
     if data.get("format", "").startswith("quantrack-latency/") or "batch1" in data:
         return data
-    raise BadInput(f"--latency {str(path)!r}: not a latency row (expected quantrack's `latency --output` JSON, "
+    raise BadInput(f"--latency {str(path)!r}: not a latency row (expected quantrack's `latency --save` JSON, "
                    "or the reference client's batch1/concN JSON)")
 
 

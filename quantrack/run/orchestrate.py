@@ -142,6 +142,11 @@ def _sampled(study: Study, out: ArmOutcome, step: str, fn: Callable[[], Any]) ->
         out.hygiene[step] = sampler.stop()
 
 
+def _contended(out: ArmOutcome, step: str) -> bool | None:
+    h = out.hygiene.get(step)
+    return h.contended if h is not None else None
+
+
 def _say_contention(say: Progress, arm: Arm, out: ArmOutcome, step: str) -> None:
     h = out.hygiene.get(step)
     if h is not None and h.contended:
@@ -215,7 +220,8 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 sweep = out.sweep
                 if baseline is not None and baseline.sweep is not None and not arm.baseline:
                     with contextlib.suppress(StepError):  # a plot is a view of measured rows, not a measurement
-                        png = _run_step(out, "plot", lambda: step_plot(arm, sweep, baseline, workdir))
+                        png = _run_step(out, "plot", lambda: step_plot(
+                            arm, sweep, baseline, workdir, _contended(out, "sweep")))
                         out.plots[f"plots/{png.name}"] = png
                         say(f"[{arm.name}] speedup plot vs {baseline.arm.name}: {png}")
             if study.eval.task:
@@ -347,14 +353,23 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
 
         check_server_log(Path(opts.server_log), study.engine.kind)
     prices = _load_prices(opts.prices)
+    experiment = study.tracking.experiment or study.name
+    # the store is checked (a bad --tracking-uri is exit 2) before any model is fetched or requantized
+    tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
+    for n in names:  # an unknown --arm is exit 2 before any model is fetched or verified
+        study.arm(n)
+    workdir = _workdir(study, opts)  # likewise a work dir that cannot be made
     refs = {a.name: a.model for a in study.arms if a.model}
     study, resolved = _resolve_models(study, say)
     arms = [study.arm(n) for n in names] if names else list(study.arms)
+    if names and not opts.base_url and not any(a.baseline for a in arms):
+        # `run --arm X` runs the baseline too (its help says so): X's Δ, KL, speedup plot and the closing table
+        # are measured against it. With --base-url only the named server is measured.
+        arms.insert(0, study.baseline)
+        say(f"--arm {', '.join(names)}: the baseline {study.baseline.name!r} runs first (every Δ, KL and speedup "
+            "is measured against it)")
     # the baseline first: every candidate's speedup plot and KL are measured against it
     arms.sort(key=lambda a: not a.baseline)
-    experiment = study.tracking.experiment or study.name
-    tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
-    workdir = _workdir(study, opts)
     node = local_node()
     api_key = opts.api_key or os.environ.get("QUANTRACK_API_KEY")
     secrets = tuple(s for s in (api_key,) if s)

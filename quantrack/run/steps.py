@@ -296,10 +296,15 @@ def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path,
                       progress=say, timeout_s=_request_timeout(study, 300.0))
 
 
-def step_plot(arm: Arm, sweep: SweepResult, baseline: ArmOutcome, workdir: Path) -> Path:
-    """This arm's measured speedup over the baseline against concurrency (both sweeps), as a PNG."""
-    from quantrack.report.plots import plot_speedup
+def step_plot(arm: Arm, sweep: SweepResult, baseline: ArmOutcome, workdir: Path,
+              contended: bool | None = None) -> Path:
+    """This arm's measured speedup over the baseline against concurrency (both sweeps), as a PNG; its title
+    carries the contention either sweep was measured under (``contended``: this arm's sweep)."""
+    from quantrack.report.plots import contention_note, plot_speedup
 
+    base_h = baseline.hygiene.get("sweep")
+    note = contention_note({baseline.arm.name: base_h.contended if base_h is not None else None,
+                            arm.name: contended})
     return plot_speedup(baseline.sweep.rows if baseline.sweep else [], sweep.rows,
                         workdir / f"speedup-{arm.name}-vs-{baseline.arm.name}.png",
-                        label_a=baseline.arm.name, label_b=arm.name)
+                        label_a=baseline.arm.name, label_b=arm.name, contention=note)

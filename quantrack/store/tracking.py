@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,18 @@ from quantrack.store.uri import (
     resolve_uri,
     server_reachable,
 )
+
+# MLflow 3's product telemetry (mlflow/telemetry/client.py, 3.17.2): the first logged call starts a thread that
+# fetches a config from mlflow.org; without a network that thread calls ``_set_telemetry_client(None)``, which
+# pops ``_MLFLOW_TELEMETRY_SESSION_ID`` from ``os.environ`` while quantrack's own thread may be walking
+# ``os.environ`` (a record's redaction reads secret-named variables) -> ``KeyError: '_MLFLOW_TELEMETRY_SESSION_ID'``
+# and a refused arm (issue #31). quantrack sends its measurements to the user's store and nowhere else: MLflow's
+# telemetry is off in a process that imports quantrack's tracking, unless the user set the variable. MLflow reads
+# ``MLFLOW_DISABLE_TELEMETRY`` (or ``DO_NOT_TRACK``) at import and again before every tracked call
+# (mlflow/telemetry/utils.py ``is_telemetry_disabled``, mlflow/telemetry/track.py ``record_usage_event``), so
+# setting it here works even when mlflow was imported first. docs/tracking.md says so.
+TELEMETRY_ENV = "MLFLOW_DISABLE_TELEMETRY"
+os.environ.setdefault(TELEMETRY_ENV, "true")
 
 TAG_UUID = Tag.RUN_UUID
 TAG_COMPLETE = Tag.COMPLETE
@@ -169,6 +182,9 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
         tags[TAG_PARENT_UUID] = rec.parent_uuid
     if parent_run_id:
         tags[Tag.MLFLOW_PARENT_RUN_ID] = parent_run_id
+    # create_run sets the run name (and its mlflow.runName tag) itself; sending that tag again would take the
+    # store's set_tag path (a SELECT-then-INSERT merge, not retried on a unique-key race)
+    tags.pop(Tag.MLFLOW_RUN_NAME, None)
     run = client.create_run(exp_id, start_time=rec.start_ms, tags={TAG_UUID: rec.uuid}, run_name=rec.run_name)
     run_id = run.info.run_id
     params = [Param(k, v) for k, v in sorted(rec.params.items())]
@@ -184,7 +200,7 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
         with tempfile.TemporaryDirectory(prefix="quantrack-art-") as tmp:
             _materialize(rec, Path(tmp), files_root)
             client.log_artifacts(run_id, tmp)
-    client.set_tag(run_id, TAG_COMPLETE, "true")
+    _log_batch(client, run_id, tags=[RunTag(TAG_COMPLETE, "true")])  # last: the run is whole
     if rec.status != "RUNNING":
         # MLflow prints "View run ... at: URL" on stdout for a server store; stdout is the command's output,
         # and the URL may carry user:password
@@ -194,25 +210,43 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
 
 
 _DUPLICATE = ("duplicate key", "UniqueViolation", "UNIQUE constraint failed")
+_DUPLICATE_ROUNDS = 6  # read-back rounds after a duplicate-key refusal (waits 0.25, 0.5, 1, 2, 4 s: ~8 s in all)
+
+
+def _not_yet_logged(data: Any, params: list[Any], metrics: list[Any], tags: list[Any]) -> tuple[list[Any], ...]:
+    """What of a batch the run does not hold yet. A param held with another value is an error (params never
+    change); a tag is re-sent until it holds this value; a metric key counts as held once present."""
+    clash = [p.key for p in params if p.key in data.params and data.params[p.key] != p.value]
+    if clash:
+        raise TrackingError(f"run already holds other values for param(s) {', '.join(clash[:5])}")
+    return ([p for p in params if p.key not in data.params],
+            [m for m in metrics if m.key not in data.metrics],
+            [t for t in tags if data.tags.get(t.key) != t.value])
 
 
 def _log_batch(client: Any, run_id: str, params: list[Any] | None = None, metrics: list[Any] | None = None,
-               tags: list[Any] | None = None) -> None:
-    """``log_batch``, safe against the client's own retry: when a request timed out after the server had
-    committed it, MLflow's retry hits the store's unique keys ("duplicate key value violates unique constraint
-    tag_pk" on PostgreSQL). Then the run is read back, and the batch counts as logged only if every param and tag
-    is there with the same value (metrics: every key present); anything else is raised as before."""
-    try:
-        client.log_batch(run_id, params=params or [], metrics=metrics or [], tags=tags or [])
-    except Exception as exc:
-        if not any(d in str(exc) for d in _DUPLICATE):
-            raise
-        data = client.get_run(run_id).data
-        ok = all(data.params.get(p.key) == p.value for p in params or []) and \
-            all(data.tags.get(t.key) == t.value for t in tags or []) and \
-            all(m.key in data.metrics for m in metrics or [])
-        if not ok:
-            raise
+               tags: list[Any] | None = None, *, sleep: Callable[[float], None] | None = None) -> None:
+    """``log_batch``, idempotent against the client's own retry. When a request times out on a loaded server,
+    MLflow re-sends it; the first may have committed, or may still be running beside the retry, and the store's
+    unique keys refuse one of the two ("duplicate key value violates unique constraint tag_pk" on PostgreSQL,
+    issue #31). Then the run is read back (after a short wait, so a request still in flight can commit) and only
+    what it does not hold yet is sent again, a bounded number of rounds; other errors are raised as before."""
+    todo: tuple[list[Any], ...] = (list(params or []), list(metrics or []), list(tags or []))
+    attempt = 0
+    while True:
+        try:
+            client.log_batch(run_id, params=todo[0], metrics=todo[1], tags=todo[2])
+            return
+        except Exception as exc:
+            if not any(d in str(exc) for d in _DUPLICATE):
+                raise
+            (sleep or time.sleep)(0.25 * 2 ** attempt)
+            todo = _not_yet_logged(client.get_run(run_id).data, *todo)
+            if not any(todo):
+                return
+            attempt += 1
+            if attempt >= _DUPLICATE_ROUNDS:
+                raise
 
 
 def _redacted_stderr() -> Any:
@@ -522,8 +556,10 @@ class Tracker:
             if _is_storage_error(exc):  # the store's disk is full or read-only: keep the run in the spool
                 return self._spool(record, f"tracking store {redact_text(self.uri)} could not write: "
                                            f"{type(exc).__name__}: {redact_text(first)}")
-            raise TrackingError(f"tracking store {self.uri} refused run {record.run_name!r}: "
-                                f"{str(exc).splitlines()[0][:300]}") from None
+            # any other refusal of a local store: the run is kept in the spool with the store's reason (sync
+            # uploads it once the cause is fixed) and the study goes on; never a measured arm lost
+            return self._spool(record, f"tracking store {redact_text(self.uri)} refused it: "
+                                       f"{type(exc).__name__}: {redact_text(first)}")
         self._on_server[record.uuid] = run_id
         return Logged(uuid=record.uuid, run_id=run_id)
 

@@ -134,4 +134,6 @@ def quick_http() -> Iterator[None]:
 # MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, "Detect Issues"); quantrack's
 # runs are measurements with params and metrics, which its model-training view shows (the runs list). The UI
 # reads the tag ``mlflow.experimentKind`` (mlflow 3.17.2 server/js main bundle: values genai_development /
-# custom_model_development).
+# custom_model_development) only where its workflow-type switch is off; in 3.17.2 the switch is on and the view
+# comes from it (URL ``?workflowType=machine_learning`` or the browser's "mlflow.workflowType"): README says what
+# to click. The tag is still set, for MLflow versions that read it.

@@ -28,7 +28,7 @@ print(json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)
 ])
 def test_no_heavy_imports(args, want_code):
     proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)],
-                          check=False, capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=600)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     assert report["code"] == want_code, proc.stderr
     assert report["heavy"] == []

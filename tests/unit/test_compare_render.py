@@ -177,7 +177,7 @@ def test_fresh_process_compare_never_imports_mlflow(store_uri: str) -> None:
     code = ("import sys; from quantrack.report.compare import compare_experiment, render; "
             f"sys.stdout.write(render(compare_experiment({EXPERIMENT!r}, None, {store_uri!r}), 'table')); "
             "sys.stderr.write('mlflow imported' if 'mlflow' in sys.modules else 'no mlflow')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert out.stderr.strip().splitlines()[-1] == "no mlflow"
     assert out.stdout == render(build_table(EXPERIMENT, load_runs(EXPERIMENT, store_uri, reader="mlflow")), "table")
 
@@ -326,7 +326,7 @@ def test_fresh_process_compare_never_imports_scipy(store_uri: str, logged: list[
             "except SystemExit as e:\n"
             "    assert not e.code, e.code\n"
             "sys.stderr.write(' '.join(m for m in ('scipy', 'mlflow', 'pandas') if m in sys.modules) or 'none')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert out.stderr.strip().splitlines()[-1] == "none"
     assert "McNemar p=1 (n=6)" in out.stdout
 

@@ -153,6 +153,7 @@ def test_ctrl_c_keeps_measured_and_saves(server: FixtureServer, tmp_path: Path, 
     assert "interrupted" in capsys.readouterr().err
 
 
+@pytest.mark.timing  # a throughput ratio of wall-clock rates
 def test_sweep_keeps_requests_in_flight(server: FixtureServer) -> None:
     res = run_sweep(server.base_url + "/ok", "llamacpp", [1, 4], requests_per_level=8, input_tokens=4, output_tokens=20, warmup=0)
     r1, r4 = res.rows

@@ -126,6 +126,7 @@ def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, 
 # --- the four "Done when" commands ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_qwen3_30b_a3b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
     from quantrack.models.hub import resolve_model
 
@@ -151,6 +152,7 @@ def test_qwen3_30b_a3b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixt
     assert f"safetensors headers of Qwen/Qwen3-30B-A3B@{COMMIT[:12]}" in out
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_deepseek_v3_on_h200_tp8(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
     from quantrack.models.hub import resolve_model
 

@@ -70,6 +70,7 @@ def test_cv() -> None:
     assert cv([1.0, 3.0]) == pytest.approx((2 ** 0.5) / 2)
 
 
+@pytest.mark.timing  # two CPU burners; a contention threshold
 def test_real_cpu_burners_are_flagged() -> None:
     """Two CPU-bound processes beside the sampler: the others' figure counts them (≥ 0.5 of a core)."""
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
@@ -87,6 +88,7 @@ def test_real_cpu_burners_are_flagged() -> None:
     assert h.others_cpu_cores is not None and h.others_cpu_cores > 0.5
 
 
+@pytest.mark.timing  # a CPU burner as the engine
 def test_engine_tree_is_not_counted_as_others() -> None:
     """A busy 'engine' process watched by pid counts as the engine, not as contention."""
     eng = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -22,6 +22,7 @@ def _gsm8k(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k.startswith("gsm8k_")}
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_log_eval_and_eval_import_of_one_vllm_file_log_the_same_metrics(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"

@@ -87,6 +87,7 @@ def test_two_engines_interleaved(shared_data: Path, tmp_path: Path) -> None:
     assert rs.kv_cache_tokens == 1_914_535 and rs.weights_gib == 8.74
 
 
+@pytest.mark.timing  # a wall-clock bound (bench/parse_big_log.py times it)
 def test_big_log_streams_fast(shared_data: Path, tmp_path: Path) -> None:
     src = (shared_data / "vllm-h200" / "vllm-0.25.0-fp8marlin.log").read_bytes()
     p = tmp_path / "big.log"

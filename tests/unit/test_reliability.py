@@ -105,6 +105,7 @@ def test_spool_full_disk_one_line_no_partial_entry(monkeypatch: pytest.MonkeyPat
     assert pending_spool() == [] and partial_spool() == []
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_sync_reports_partial_entries(tmp_path: Path) -> None:
     good = spool_record(_record(), "sqlite:///" + str(tmp_path / "s.db"), "test")
     torn = spool_dir() / "pending" / ".0123abcd.tmp"
@@ -130,6 +131,7 @@ def test_spooled_status_update_is_atomic(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (d / "record.json").read_text() == before  # never a truncated record.json
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_local_store_full_disk_spools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A local store whose disk is full: the run goes to the spool instead of being lost."""
     import sqlite3

@@ -172,6 +172,7 @@ def test_failed_run_is_not_measured(store: tuple[str, dict[str, str]]) -> None:
     assert arms["fp8-good"].verdict == V_NOT_MEASURED
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_fleet_gets_one_section_per_gpu_and_the_audit(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     build_store(uri, gpus=("H100", "A100-80GB"))
@@ -342,6 +343,7 @@ def test_cli_bad_input(store: tuple[str, dict[str, str]], tmp_path: Path, capsys
     assert not out.exists()
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_cli_experiment_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from quantrack.store.records import RunRecord
     from quantrack.store.tracking import Tracker
@@ -360,6 +362,7 @@ def test_cli_experiment_without_runs(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert not out.exists()
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_cli_writes_and_logs_to_the_parent_run(store: tuple[str, dict[str, str]], tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     uri, ids = store
@@ -375,6 +378,7 @@ def test_cli_writes_and_logs_to_the_parent_run(store: tuple[str, dict[str, str]]
     assert logged.read_text() == out.read_text()
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_cli_reads_the_study_decision_table(store: tuple[str, dict[str, str]], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     uri, _ = store
@@ -403,6 +407,7 @@ def test_store_credentials_never_reach_the_page() -> None:
     assert display_uri("sqlite:////tmp/x/mlflow.db") == "sqlite:////tmp/x/mlflow.db"
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_constraints_from_the_study_file_on_the_parent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No flags, no --study: the [decision] table of study/study.toml logged on the newest parent run."""
     from quantrack.store.records import RunRecord
@@ -432,6 +437,7 @@ def test_constraints_from_the_study_file_on_the_parent_run(tmp_path: Path, capsy
     assert rep.constraints.sources == ("flags", f"study/study.toml of run {p.run_id}")
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
     """What `quantrack run` calls at its end (runner.run_study -> page.publish_study_report)."""
     from quantrack.report.page import publish_study_report
@@ -456,3 +462,19 @@ def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
     assert publish_study_report(result, uri, tmp_path / "work", said.append) is None
     assert said == [(f"report: the runs were spooled; after `quantrack sync`, run `quantrack report --experiment "
                     f"{EXPERIMENT} --log-to-run`")]
+
+
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
+def test_cli_default_page_goes_beside_the_store_not_the_cwd(store: tuple[str, dict[str, str]], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    uri, _ = store
+    monkeypatch.chdir(tmp_path)
+    code, stdout, err = _cli(["report", "--experiment", EXPERIMENT, "--tracking-uri", uri], capsys)
+    assert code == 0, err
+    page = Path(uri[len("sqlite:///"):]).parent / "reports" / f"{EXPERIMENT}.html"
+    assert page.is_file() and f"wrote {page}" in stdout
+    assert list(tmp_path.iterdir()) == []  # nothing in the current folder
+    code, _, err = _cli(["report", "--experiment", EXPERIMENT, "--tracking-uri", "http://127.0.0.1:9"], capsys)
+    assert code == 2 and err == ("quantrack: error: --out FILE is required with tracking store http://… (no local "
+                                 "folder to write the page beside)\n")

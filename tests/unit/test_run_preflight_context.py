@@ -32,6 +32,7 @@ baseline = true
     ("vllm", "H200", "bf16", "context-exceeds-kv,context-exceeds-model"),
     ("llamacpp", "cpu", "q8_0", "context-exceeds-memory,context-exceeds-model"),  # the model maximum: a warning
 ])
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_absurd_context_is_rejected_before_serving(engine: str, gpu: str, weights: str, rules: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     study = tmp_path / "s.toml"

@@ -7,18 +7,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_fresh_store_prints_no_mlflow_info_and_tags_the_experiment_kind(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = ("from quantrack.store import tracking as t\n"
             f"c = t._client({uri!r})\n"
             f"t.experiment_id(c, 'exp', {uri!r})\n"
             "print(c.get_experiment_by_name('exp').tags.get('mlflow.experimentKind'))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert out.stdout.strip() == "custom_model_development"
     assert "INFO" not in out.stderr and "Creating initial MLflow database tables" not in out.stderr
 
 
+@pytest.mark.slow  # a real MLflow store or subprocess: seconds each (not in --fast)
 def test_an_existing_experiment_without_the_kind_gets_it(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
