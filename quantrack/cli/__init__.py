@@ -114,6 +114,10 @@ def _fail(message: str, code: int) -> None:
 
 
 def _main(argv: list[str] | None) -> Any:
+    if argv is None:  # the console command (not a test's in-process call): it ends when an interrupt ends it
+        from quantrack.interrupts import exit_on_late_signals
+
+        exit_on_late_signals()
     try:
         return cli.main(args=argv, prog_name="quantrack", standalone_mode=False)
     except click.exceptions.Abort:
