@@ -406,7 +406,61 @@ def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
     _quiet_mlflow_logs()  # after the import: importing mlflow configures its loggers at INFO
-    return MlflowClient(tracking_uri=uri)
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri)
+    # MlflowClient() creates (and migrates) a SQLite store on first use: two processes doing it at once on a
+    # fresh file race ("table experiments already exists"), so it is done under a file lock, and retried
+    return _store_created(Path(uri[len("sqlite:///"):]), lambda: MlflowClient(tracking_uri=uri))
+
+
+STORE_LOCK_WAIT_S = 300.0  # a migration of a large store takes seconds; a lock held longer is a stuck process
+_RACE_TEXTS = ("already exists", "database is locked", "duplicate column", "unique constraint failed: alembic")
+
+
+def _store_created(db: Path, make: Callable[[], Any]) -> Any:
+    """``make()`` (which creates or migrates the SQLite store ``db``) under an exclusive lock on
+    ``.<name>.lock`` beside it; a create/migrate race that still happens (a process not using the lock, an
+    older quantrack) is retried a few times. A folder where no lock file can be made (read-only) runs it
+    without the lock."""
+    with _file_lock(db.parent / f".{db.name}.lock"):
+        for attempt in range(6):
+            try:
+                return make()
+            except Exception as exc:
+                if attempt == 5 or not any(t in str(exc).lower() for t in _RACE_TEXTS):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, wait_s: float = STORE_LOCK_WAIT_S) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the retry above is all there is
+        yield
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TrackingError(f"the tracking store {path.parent} is locked by another process "
+                                        f"({path} held for over {wait_s:.0f} s)") from None
+                time.sleep(0.05)
+            except OSError:  # a file system without locks
+                break
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def experiment_id(client: Any, name: str, uri: str, create: bool = True) -> str | None:
