@@ -235,7 +235,18 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
         from quantrack.fleet import parse_fleet
 
         parse_fleet(study)  # its messages name the file themselves
+    _register_study_secrets(study)
     return study
+
+
+def _register_study_secrets(study: Study) -> None:
+    """The study's secret values (env values that are not known settings, secret engine flags' values) are
+    remembered for every later redaction in this process: console, records, spool, exports."""
+    from quantrack.redact import argv_secret_values, register_secret, study_env_secrets
+
+    register_secret(*study_env_secrets(dict(study.engine.env)), *argv_secret_values(study.engine.args))
+    for arm in study.arms:
+        register_secret(*study_env_secrets(arm.env_dict), *argv_secret_values(arm.engine_args))
 
 
 def _study(data: dict[str, Any], source: str) -> Study:
