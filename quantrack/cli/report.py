@@ -57,7 +57,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     flags = Constraints(
         slos=tuple(parse_slo(s) for s in slos),
         max_accuracy_drop=None if max_accuracy_drop is None else parse_accuracy_drop(max_accuracy_drop),
-        max_kl=None if max_kl is None else parse_max_kl(max_kl),
+        max_kl=None if max_kl is None else parse_max_kl(max_kl, from_text=True),
         prices=prices, sources=("flags",) if (slos or max_accuracy_drop or max_kl or prices) else ())
     if fmt is None:
         fmt = "md" if out and Path(out).suffix.lower() in (".md", ".markdown") else "html"

@@ -250,10 +250,12 @@ def test_budgets() -> None:
     for bad in ("1%", "0.01", "0pp", "pp", 1):
         with pytest.raises(BadInput, match="percentage points|between 0 and 100"):
             parse_accuracy_drop(bad)
-    assert parse_max_kl("0.01") == 0.01
+    assert parse_max_kl("0.01", from_text=True) == 0.01 and parse_max_kl(0.01) == 0.01
+    with pytest.raises(BadInput, match="a number, not a string"):
+        parse_max_kl("0.01")  # a study file's max_kl = "0.01"
     for bad in ("-1", "x", True, 0):
         with pytest.raises(BadInput, match="positive number of nats"):
-            parse_max_kl(bad)
+            parse_max_kl(bad, from_text=True)
 
 
 STUDY = """
