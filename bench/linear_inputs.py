@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{'input':<28}" + " | ".join(f"{n:>26,}" for n in sizes))
     for shape, unit in SHAPES.items():
-        row(f"redact_text {shape}", lambda n, u=unit: (lambda s=(u * (n // len(u) + 1))[:n]: redact_text(s)))
+        row(f"redact_text {shape}", lambda n, u=unit: (lambda s=(u * n)[:n]: redact_text(s)))
     row("_SLO_RE tpot_p99<=1…1", lambda n: (lambda s="tpot_p99<=" + "1" * n: _SLO_RE.match(s)))
     row("_SLO_RE tpot_p99<=1…1ms@x", lambda n: (lambda s="tpot_p99<=" + "1" * n + "ms@x": _SLO_RE.match(s)))
     row("_PP_RE 1…1x", lambda n: (lambda s="1" * n + "x": _PP_RE.match(s)))

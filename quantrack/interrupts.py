@@ -87,8 +87,8 @@ def signals_raise(force: Callable[[int], list[str] | None] | None = None) -> Ite
             try:
                 lines = list(force(signum) or [])
             except BaseException as exc:  # noqa: BLE001 - forcing the exit: nothing may stop it now
-                lines = [f"{signal_name(signum)} again: the forced exit failed before it finished "
-                         f"({type(exc).__name__}: {str(exc)[:300]})"]
+                lines = [(f"{signal_name(signum)} again: the forced exit failed before it finished "
+                          f"({type(exc).__name__}: {str(exc)[:300]})")]
         _say_raw(lines)
         os._exit(128 + first[0])
 
@@ -112,8 +112,8 @@ def exit_on_late_signals(on: bool = True) -> None:
 
 def _exit_now(code: int) -> Callable[[int, Any], None]:
     def handler(signum: int, _frame: Any) -> None:
-        _say_raw([f"{signal_name(signum)} while exiting: exiting now (everything was logged or spooled "
-                  "already)"])
+        _say_raw([(f"{signal_name(signum)} while exiting: exiting now (everything was logged or spooled "
+                   "already)")])
         os._exit(code)
     return handler
 

@@ -315,11 +315,11 @@ class RedactingStream(io.TextIOBase):
 __all__ = [
     "REDACTED",
     "RedactingStream",
+    "argv_secret_values",
     "forget_secrets",
+    "is_secret_env",
     "is_secret_name",
     "known_secrets",
-    "argv_secret_values",
-    "is_secret_env",
     "redact_argv",
     "redact_env",
     "redact_mapping",
@@ -330,6 +330,6 @@ __all__ = [
     "secret_values",
     "strip_credentials",
     "study_env_secrets",
-    "verbatim",
     "url_passwords",
+    "verbatim",
 ]

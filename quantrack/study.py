@@ -253,6 +253,13 @@ def _study(data: dict[str, Any], source: str) -> Study:
     top = build(Study, data, "", skip=(*_SECTIONS, "arms", "baseline", "decision"))
     if "name" not in top:
         raise BadInput("name: required (a non-empty string)")
+    from quantrack.names import MAX_EXPERIMENT, check_name
+
+    check_name(top["name"], "name")  # the study's work folder and exported files are named by it
+    tracking = data.get("tracking")
+    exp = tracking.get("experiment") if isinstance(tracking, dict) else None
+    if isinstance(exp, str) and len(exp) > MAX_EXPERIMENT:  # an experiment name is not a file: length only
+        raise BadInput(f"[tracking] experiment: {len(exp)} characters ({exp[:24]!r}…); at most {MAX_EXPERIMENT}")
     sections: dict[str, Any] = {}
     for key, cls in _SECTIONS.items():
         table = data.get(key, {})
@@ -309,6 +316,10 @@ def _arms(raw: Any, baseline: Any) -> list[Arm]:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise BadInput(f"duplicate arm name {min(dup)!r}")
+    from quantrack.names import check_name
+
+    for i, a in enumerate(arms):
+        check_name(a.name, f"[[arms]] #{i + 1} name")  # server logs, eval records and plots are named by it
     if baseline is not None and (not isinstance(baseline, str) or not baseline):
         raise BadInput(f"baseline: expected the name of an arm, got {shown(baseline)}")
     return with_baseline(arms, baseline)

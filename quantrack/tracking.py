@@ -46,6 +46,7 @@ from typing import Any
 
 from quantrack import __version__
 from quantrack.errors import BadInput, NotFound, QuantrackError
+from quantrack.files import DiskError  # one class for every writer (re-exported)
 from quantrack.redact import (
     RedactingStream,
     redact_mapping,
@@ -70,12 +71,6 @@ _TAG_MAX = 8000  # MAX_TAG_VAL_LENGTH
 
 class TrackingError(QuantrackError):
     """The tracking store refused or failed an operation (not a connectivity problem: those spool)."""
-
-    exit_code = 1
-
-
-class DiskError(QuantrackError):
-    """The OS refused to write a file quantrack needed (full disk, read-only, I/O error): one line, the path."""
 
     exit_code = 1
 
@@ -682,8 +677,15 @@ def _load_spooled(d: Path) -> tuple[RunRecord, dict[str, Any]]:
         start_ms=data["start_ms"], end_ms=data["end_ms"], uuid=data["uuid"], parent_uuid=data["parent_uuid"],
     )
     art = d / "artifacts"
+    if art.is_symlink():
+        raise TrackingError(f"spool entry {d}: artifacts is a symbolic link (to {os.readlink(art)}); not uploaded "
+                            "(quantrack never writes links into the spool): inspect and delete the entry")
     if art.is_dir():
         for p in sorted(art.rglob("*")):
+            if p.is_symlink():  # never upload what a link points at
+                raise TrackingError(f"spool entry {d}: {p.relative_to(d)} is a symbolic link (to {os.readlink(p)}); "
+                                    "not uploaded (quantrack never writes links into the spool): inspect and "
+                                    "delete the entry")
             if p.is_file():
                 rec.artifact_files[p.relative_to(art).as_posix()] = str(p)
     return rec, data
@@ -754,7 +756,7 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
     for d in pending_spool():
         try:
             rec, data = _load_spooled(d)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, TrackingError) as exc:
             result.failed.append((d.name, f"unreadable spool entry: {exc}"))
             continue
         entries.append((d, rec, uri or data.get("target_uri") or resolve_uri(None)))

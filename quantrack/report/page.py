@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.errors import BadInput
+from quantrack.files import refuse_link, write_atomic
 from quantrack.report.decision import (
     V_CANNOT,
     V_CLEAR,
@@ -253,7 +254,7 @@ def to_markdown(rep: DecisionReport, png_dir: Path, stem: str) -> tuple[str, lis
         lines += [f"- {x}" for x in sec.changes] + [""]
         for name, title, caption, png in pictures(sec, rep.constraints):
             p = png_dir / f"{stem}-s{i}-{name}.png"
-            p.write_bytes(png)
+            write_atomic(p, png, flag="--out")
             written.append(p)
             lines += [f"![{title}]({p.name})", "", f"_{caption}_", ""]
     if rep.audit is not None:
@@ -270,18 +271,15 @@ def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html") -> lis
     """Write the page (and, for md, its PNGs beside it); returns every file written."""
     if fmt not in FORMATS:
         raise BadInput(f"unknown --format {fmt!r}; formats: {', '.join(FORMATS)}")
-    path = Path(out)
+    path = refuse_link(out, "--out")
     if path.exists() and path.is_dir():
         raise BadInput(f"--out {str(path)!r} is a directory: give a file name")
     if not path.parent.is_dir():
         raise BadInput(f"--out {str(path)!r}: no such directory {str(path.parent)!r}")
-    if fmt == "html":
-        text = to_html(rep)
-        path.write_text(text, encoding="utf-8")
-        return [path]
+    if fmt == "html":  # whole or not at all: a full disk never leaves a 0-byte page
+        return [write_atomic(path, to_html(rep), flag="--out")]
     text, pngs = to_markdown(rep, path.parent, path.stem)
-    path.write_text(text, encoding="utf-8")
-    return [path, *pngs]
+    return [write_atomic(path, text, flag="--out"), *pngs]
 
 
 

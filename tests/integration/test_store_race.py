@@ -47,7 +47,7 @@ def test_concurrent_processes_on_a_fresh_sqlite_store_all_land(tmp_path: Path, n
     outs = [p.communicate(timeout=240) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
-        parent_id, arm_id, parent_spooled, arm_spooled = out.split()
+        _parent_id, _arm_id, parent_spooled, arm_spooled = out.split()
         assert parent_spooled == arm_spooled == "None", out  # logged to the store, not spooled
     arms = load_runs("race", uri)
     assert sorted(r.arm for r in arms) == [f"p{i}" for i in range(n)]

@@ -95,9 +95,9 @@ def test_forced_exit_spools_the_arm_killed_and_the_parent_status(tmp_path: Path,
     assert [m["key"] for m in data["metrics"]] == ["step_serve_s"]
     op = json.loads(next((spool / "ops").iterdir()).read_text())
     assert (op["op"], op["uuid"], op["status"]) == ("terminate", "p" * 32, "KILLED")
-    assert said == [f"SIGINT again: forced exit: arm 'q8' spooled KILLED to {entries[0]}; the study's parent run: "
-                    f"KILLED status spooled to {next((spool / 'ops').iterdir())}; no engine was running; "
-                    "`quantrack sync` uploads what was spooled"]
+    assert said == [(f"SIGINT again: forced exit: arm 'q8' spooled KILLED to {entries[0]}; the study's parent run: "
+                     f"KILLED status spooled to {next((spool / 'ops').iterdir())}; no engine was running; "
+                     "`quantrack sync` uploads what was spooled")]
 
 
 LOOP_SCRIPT = textwrap.dedent("""
