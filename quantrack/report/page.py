@@ -267,19 +267,20 @@ def to_markdown(rep: DecisionReport, png_dir: Path, stem: str) -> tuple[str, lis
     return "\n".join(lines), written
 
 
-def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html") -> list[Path]:
-    """Write the page (and, for md, its PNGs beside it); returns every file written."""
+def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html", flag: str | None = "--out") -> list[Path]:
+    """Write the page (and, for md, its PNGs beside it), each file whole or not at all and never through a link;
+    returns every file written. ``flag``: what the messages call the path (None: the path alone)."""
     if fmt not in FORMATS:
         raise BadInput(f"unknown --format {fmt!r}; formats: {', '.join(FORMATS)}")
-    path = refuse_link(out, "--out")
+    path = refuse_link(out, flag)
     if path.exists() and path.is_dir():
         raise BadInput(f"--out {str(path)!r} is a directory: give a file name")
     if not path.parent.is_dir():
         raise BadInput(f"--out {str(path)!r}: no such directory {str(path.parent)!r}")
     if fmt == "html":  # whole or not at all: a full disk never leaves a 0-byte page
-        return [write_atomic(path, to_html(rep), flag="--out")]
+        return [write_atomic(path, to_html(rep), flag=flag)]
     text, pngs = to_markdown(rep, path.parent, path.stem)
-    return [write_atomic(path, text, flag="--out"), *pngs]
+    return [write_atomic(path, text, flag=flag), *pngs]
 
 
 
@@ -318,7 +319,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
         rep = build_report(result.experiment, runs, c, uri=uri, baseline=result.study.baseline.name,
                            prices=prices if c.prices is None else None)
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        files = write_report(rep, Path(workdir) / "report.html", "html")
+        files = write_report(rep, Path(workdir) / "report.html", "html", flag=None)
         log_report(files, parent.run_id, uri)
     except Exception as exc:  # noqa: BLE001 - the runs are logged already; the page is only a view of them
         say(f"report: could not write the decision page ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "

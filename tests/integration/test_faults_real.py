@@ -474,3 +474,40 @@ weights = "q4_1"
     assert code == 0, err
     runs = _runs(full_disk / "mlflow.db")
     assert [r["status"] for r in runs] == ["FINISHED"] and any("tpot" in k for k in runs[0]["metrics"]), runs
+
+
+def test_full_disk_page_records_meta_and_plot_leave_no_partial_file(full_disk: Path, tmp_path: Path) -> None:
+    """Issue #30: a full disk left a 0-byte report.html, records .meta.json and run's decision page. Each writer
+    now writes a temporary file and renames it: on the full tmpfs each one raises one line naming the path and
+    leaves nothing behind (the folder holds only the filler)."""
+    from quantrack.accuracy.records import write_meta
+    from quantrack.report.decision import Constraints, decision_report, parse_slo
+    from quantrack.report.page import write_report
+    from quantrack.report.plots import plot_speedup
+    from quantrack.tracking import DiskError
+    from tests.report_fixtures import EXPERIMENT, SLO, build_store
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    (tmp_path / "store").mkdir()
+    build_store(uri)
+    rep = decision_report(EXPERIMENT, Constraints(slos=(parse_slo(SLO),)), uri=uri)
+    page = full_disk / "report.html"
+    with pytest.raises(DiskError) as exc:
+        write_report(rep, page)
+    assert str(exc.value) == f"no space left on device writing --out {page}"
+    with pytest.raises(DiskError) as exc:  # quantrack run's decision page: no flag, the path
+        write_report(rep, full_disk / "run-report.html", flag=None)
+    assert str(exc.value) == f"no space left on device writing {full_disk / 'run-report.html'}"
+    with pytest.raises(DiskError) as exc:
+        write_report(rep, full_disk / "page.md", "md")
+    assert str(full_disk) in str(exc.value) and "no space left on device" in str(exc.value)
+    records = full_disk / "q8-gsm8k.jsonl"
+    with pytest.raises(DiskError) as exc:
+        write_meta(records, {"task": "gsm8k"})
+    assert str(exc.value) == f"no space left on device writing --output {records}.meta.json"
+    rows = [{"concurrency": c, "output_tok_per_s": 10.0 * c, "tpot_ms_p50": 20.0} for c in (1, 2)]
+    png = full_disk / "speedup.png"
+    with pytest.raises(DiskError) as exc:
+        plot_speedup(rows, rows, png)
+    assert str(exc.value) == f"no space left on device writing {png}"
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # no 0-byte file, no temporary file

@@ -466,3 +466,28 @@ def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
     assert publish_study_report(result, uri, tmp_path / "work", said.append) is None
     assert said == [(f"report: the runs were spooled; after `quantrack sync`, run `quantrack report --experiment "
                     f"{EXPERIMENT} --log-to-run`")]
+
+
+def test_outputs_that_are_links_are_refused_never_written_through(report, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue #30: `report --out LINK` overwrote the link's target. A link (even a dangling one) is refused with
+    one line naming it, for the page and for its PNGs; the target is untouched."""
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    for name, fmt in (("r.html", "html"), ("r.md", "md")):
+        link = tmp_path / name
+        link.symlink_to(target)
+        with pytest.raises(BadInput, match=rf"--out {re.escape(str(link))} is a symbolic link"):
+            write_report(report, link, fmt)
+        assert target.read_text() == "keep me\n" and link.is_symlink()
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    first_png = write_report(report, probe / "p.md", "md")[1].name
+    (tmp_path / first_png).symlink_to(target)  # a link where the markdown page's first PNG goes
+    with pytest.raises(BadInput, match="symbolic link"):
+        write_report(report, tmp_path / "p.md", "md")
+    assert target.read_text() == "keep me\n"
+    dangling = tmp_path / "dangling.html"
+    dangling.symlink_to(tmp_path / "nowhere" / "x.html")
+    with pytest.raises(BadInput, match="symbolic link"):
+        write_report(report, dangling)
+    assert not list(tmp_path.glob(".*.tmp"))
