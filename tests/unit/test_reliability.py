@@ -298,14 +298,29 @@ def test_skypilot_export_writes_no_secret(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("host", "argv", "expect"), [
     ("127.0.0.1", [], None), ("localhost", [], None), ("::1", [], None),
     ("0.0.0.0", [], "exposes an unauthenticated engine"),
-    ("0.0.0.0", ["--api-key", "k"], "protected by its --api-key only"),
+    ("0.0.0.0", ["--api-key", "k"], "protected only by its API key"),
     ("192.168.1.5", [], "exposes an unauthenticated engine"),
+    # issue #30: the host given through the engine's own arguments, in every spelling the engines accept
+    ("127.0.0.1", ["--host", "0.0.0.0"], "[engine] args --host 0.0.0.0 exposes"),
+    ("127.0.0.1", ["--host=0.0.0.0"], "[engine] args --host 0.0.0.0 exposes"),
+    ("127.0.0.1", ["--host", "::"], "[engine] args --host :: exposes"),
+    ("127.0.0.1", ["--host", "[::]"], "[engine] args --host [::] exposes"),
+    ("127.0.0.1", ["-m", "x.gguf", "--host", "10.0.0.7", "--port", "8080"], "--host 10.0.0.7 exposes"),
+    ("127.0.0.1", ["--host", "0.0.0.0", "--api-key=k"], "protected only by its API key"),
+    ("127.0.0.1", ["--host", "127.0.0.2"], None), ("127.0.0.1", ["--host=[::1]"], None),
 ])
 def test_exposure_warning(host: str, argv: list[str], expect: str | None) -> None:
     from quantrack.cli.serve import exposure_warning
 
     got = exposure_warning(host, argv)
-    assert (got is None) if expect is None else (got is not None and expect in got)
+    assert (got is None) if expect is None else (got is not None and expect in got), got
+
+
+def test_exposure_warning_reads_llama_cpp_host_variable() -> None:
+    from quantrack.cli.serve import exposure_warning
+
+    got = exposure_warning("127.0.0.1", [], env={"LLAMA_ARG_HOST": "0.0.0.0"})
+    assert got is not None and got.startswith("env LLAMA_ARG_HOST = 0.0.0.0 exposes")
 
 
 def test_spooled_record_is_json_and_holds_no_credentials() -> None:
