@@ -269,10 +269,11 @@ class RunRow:
 URI_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks", "databricks-uc", "uc")
 
 
-def resolve_uri(uri: str | None = None) -> str:
+def resolve_uri(uri: str | None = None, *, create: bool = True) -> str:
     """--tracking-uri, else $MLFLOW_TRACKING_URI, else the local SQLite store under ./mlruns.
 
-    An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed)."""
+    An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed).
+    ``create=False`` (the read-only commands): a ``sqlite:///`` store's folder is not created."""
     chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     register_secret(*url_passwords(chosen))
     shown = redact_text(chosen)
@@ -295,7 +296,7 @@ def resolve_uri(uri: str | None = None) -> str:
             host = ""
         if not host:
             raise BadInput(f"--tracking-uri {shown!r} has no host: use http://host:port")
-    if chosen.startswith("sqlite:///"):
+    if chosen.startswith("sqlite:///") and create:
         db = Path(chosen[len("sqlite:///"):])
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -938,7 +939,8 @@ def load_runs(experiment: str, uri: str | None = None, *, role: str | None = "ar
     """
     from quantrack.storeread import read_runs, reader_choice
 
-    target = resolve_uri(uri)
+    target = resolve_uri(uri, create=False)
+    _existing_store(target)  # reading never creates a store (mlflow would create the file and its folders)
     how = (reader or reader_choice()).lower()
     if how not in ("auto", "mlflow"):
         raise BadInput(f"unknown store reader {how!r}; readers: auto, mlflow")
@@ -948,6 +950,22 @@ def load_runs(experiment: str, uri: str | None = None, *, role: str | None = "ar
     if rows is None:
         rows = _search_runs_mlflow(experiment, target, role)
     return rows if include_running else [r for r in rows if r.status != "RUNNING"]
+
+
+def _existing_store(target: str) -> None:
+    """A ``sqlite:///`` store to read must exist and be a file: one line otherwise, nothing created."""
+    if not target.startswith("sqlite:///"):
+        return
+    from quantrack.storeread import sqlite_path
+
+    db = sqlite_path(target)
+    if db is None:
+        return
+    if not db.exists():
+        raise NotFound(f"no tracking store at {db}: nothing was logged there (`quantrack run` or `quantrack log` "
+                       "creates it); check --tracking-uri / $MLFLOW_TRACKING_URI")
+    if not db.is_file():
+        raise BadInput(f"tracking store {db} is not a file")
 
 
 def _store_refusal(target: str, exc: BaseException) -> QuantrackError:
@@ -1002,7 +1020,9 @@ def read_artifact_text(run_id: str, path: str, uri: str | None = None) -> str | 
     import mlflow.artifacts
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    target = resolve_uri(uri)
+    target = resolve_uri(uri, create=False)
+    if target.startswith("sqlite:///") and not Path(target[len("sqlite:///"):]).is_file():
+        return None  # reading never creates a store
     try:
         with tempfile.TemporaryDirectory(prefix="quantrack-dl-") as tmp:
             local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp,

@@ -68,7 +68,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
     from quantrack.tracking import resolve_uri
 
-    uri = resolve_uri(tracking_uri)
+    uri = resolve_uri(tracking_uri, create=False)
     rep = decision_report(experiment, flags, uri=uri, study=study_file, baseline=baseline, gpu=gpu)
     run_id = _log_target(log_to_run, experiment, uri) if log_to_run else None  # checked before writing
 

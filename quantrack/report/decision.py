@@ -1034,7 +1034,7 @@ def decision_report(experiment: str, flags: Constraints, *, uri: str | None = No
     from quantrack.report.audit import load_node_facts
     from quantrack.tracking import load_runs, resolve_uri
 
-    target = resolve_uri(uri)
+    target = resolve_uri(uri, create=False)
     base_c = study_constraints(study) if study else None
     if flags.prices:
         load_prices(flags.prices)  # a bad prices file is reported before the store is read

@@ -214,6 +214,15 @@ def _audit_html(rep: DecisionReport) -> str:
 
 # --- Markdown ---------------------------------------------------------------------------------------------
 
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]#!"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
+
+
+def _md(text: object) -> str:
+    """Text from a run (names, engine log lines, notes) as Markdown shows it, never as markup or raw HTML (the HTML
+    page escapes the same text with html.escape)."""
+    return str(text).translate(_MD_SPECIAL)
+
+
 def _md_cell(f: Figure) -> str:
     if f.value is None:
         return f.show().replace("|", "\\|")
@@ -224,46 +233,49 @@ def to_markdown(rep: DecisionReport, png_dir: Path, stem: str) -> tuple[str, lis
     """The Markdown text and the PNGs written into ``png_dir`` (named ``<stem>-<section>-<figure>.png``)."""
     from quantrack.report.figures import pictures
 
-    lines = [f"# Which arm to deploy: {rep.experiment}", "",
+    lines = [f"# Which arm to deploy: {_md(rep.experiment)}", "",
              (f"quantrack report, generated {rep.generated} from {rep.n_runs} arm run(s) in `{rep.uri}`. "
              "Labels: measured / derived / imported; FILL IN = not measured."), "", ("**Constraints** (from "
              f"{', '.join(rep.constraints.sources) or 'defaults'}; {rep.price_note}):"), ""]
-    lines += [f"- {x}" for x in rep.constraints.describe()] + [""]
+    lines += [f"- {_md(x)}" for x in rep.constraints.describe()] + [""]
     if rep.fleet_pick:
-        lines += [f"**Fleet:** {rep.fleet_pick}", ""]
+        lines += [f"**Fleet:** {_md(rep.fleet_pick)}", ""]
     written: list[Path] = []
     for i, sec in enumerate(rep.sections):
-        lines += [f"## {sec.gpu} — baseline {sec.baseline or 'none'}", "", f"> **Recommendation:** {sec.recommendation}",
+        lines += [f"## {_md(sec.gpu)} — baseline {_md(sec.baseline or 'none')}", "",
+                  f"> **Recommendation:** {_md(sec.recommendation)}",
                   "", ("| Arm | Verdict | SLOs | Throughput at SLO | × baseline | Capacity | × baseline | Cost / 1M | "
                   "GSM8K | Δ [95% CI] | Distinguishable | KL | Warnings, fallbacks | Contention | Run |"),
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for a in sec.arms:
             lvl = f" @c{a.slo_level}" if a.slo_level is not None else ""
-            row = [f"**{a.arm}**" + (" (baseline)" if a.baseline else ""), f"**{a.verdict}**",
-                   "<br>".join(_slo_text(a)) or "no SLO stated", _md_cell(a.throughput) + lvl,
+            row = [f"**{_md(a.arm).replace('|', chr(92) + '|')}**" + (" (baseline)" if a.baseline else ""),
+                   f"**{a.verdict}**", "<br>".join(_md(t) for t in _slo_text(a)) or "no SLO stated", _md_cell(a.throughput) + lvl,
                    _md_cell(a.throughput_x), _md_cell(a.capacity), _md_cell(a.capacity_x), _md_cell(a.cost),
                    _md_cell(a.acc.accuracy), _md_cell(a.acc.delta), _distinguish(a), _md_cell(_kl_text(a)),
-                   _warn_text(a), _contention_text(a), f"`{a.run_id}`"]
+                   _md(_warn_text(a)), _md(_contention_text(a)), f"`{a.run_id}`"]
             lines.append("| " + " | ".join(x.replace("|", "\\|") if not x.startswith("**") else x for x in row) + " |")
         lines += ["", "**Why**", ""]
         for a in sec.arms:
-            lines.append(f"- **{a.arm}: {a.verdict}**")
-            lines += [f"  - {r}" for r in a.reasons]
-        lines += ["", f"**Pareto frontier** {sec.frontier_axes}: " + (", ".join(sec.frontier) or "—")
-                  + (f" — {sec.frontier_note}" if sec.frontier_note else ""), "", "**What would change the answer**", ""]
-        lines += [f"- {x}" for x in sec.changes] + [""]
+            lines.append(f"- **{_md(a.arm)}: {a.verdict}**")
+            lines += [f"  - {_md(r)}" for r in a.reasons]
+        lines += ["", f"**Pareto frontier** {_md(sec.frontier_axes)}: " + (", ".join(_md(f) for f in sec.frontier) or "—")
+                  + (f" — {_md(sec.frontier_note)}" if sec.frontier_note else ""), "", "**What would change the answer**",
+                  ""]
+        lines += [f"- {_md(x)}" for x in sec.changes] + [""]
         for name, title, caption, png in pictures(sec, rep.constraints):
             p = png_dir / f"{stem}-s{i}-{name}.png"
             write_atomic(p, png, flag="--out")
             written.append(p)
-            lines += [f"![{title}]({p.name})", "", f"_{caption}_", ""]
+            lines += [f"![{_md(title)}]({p.name})", "", f"_{_md(caption)}_", ""]
     if rep.audit is not None:
         au = rep.audit
         lines += ["## Fleet audit", "", f"{len(au.fell_back)} of {len(au.rows)} node run(s) fell back.", ""]
-        lines += [f"- {r.node} ({r.gpu}, arm {r.arm}, run `{r.source}`): {r.evidence}" for r in au.fell_back]
-        lines += [f"- {w}" for w in au.warnings] + [""]
+        lines += [f"- {_md(r.node)} ({_md(r.gpu)}, arm {_md(r.arm)}, run `{r.source}`): {_md(r.evidence)}"
+                  for r in au.fell_back]
+        lines += [f"- {_md(w)}" for w in au.warnings] + [""]
     if rep.notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in rep.notes] + [""]
+        lines += ["## Notes", ""] + [f"- {_md(n)}" for n in rep.notes] + [""]
     return "\n".join(lines), written
 
 

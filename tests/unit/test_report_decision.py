@@ -491,3 +491,18 @@ def test_outputs_that_are_links_are_refused_never_written_through(report, tmp_pa
     with pytest.raises(BadInput, match="symbolic link"):
         write_report(report, dangling)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_markdown_escapes_names_and_log_lines(report, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue #30: names and engine log lines passed into the Markdown page as raw HTML and markup (the HTML page
+    escaped them). An arm named like an HTML tag and a log line with markup read as text."""
+    import copy
+
+    rep = copy.deepcopy(report)
+    arm = rep.sections[0].arms[0]
+    object.__setattr__(arm, "arm", "<img src=x onerror=alert(1)>")
+    arm.reasons.append("engine log: <b>FP8 Marlin</b> *fallback* [link](http://evil) `x`")
+    text = write_report(rep, tmp_path / "r.md", "md")[0].read_text()
+    assert "<img" not in text and "<b>" not in text and "[link](http://evil)" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "&lt;b&gt;FP8 Marlin&lt;/b&gt; \\*fallback\\* \\[link\\](http://evil) \\`x\\`" in text
