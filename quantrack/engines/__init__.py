@@ -333,6 +333,12 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
                        f"{report.engine} log")
     if report.engine != "llamacpp" and slots:
         raise BadInput(f"--slots is llama.cpp's -np; this is a {report.engine} log")
+    if report.engine == "llamacpp":  # one process, its buffers read from the log: these would be ignored
+        unused = [n for n, v in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--vram", vram), ("--util", util))
+                  if v is not None]
+        if unused:
+            raise BadInput(f"{', '.join(unused)}: not used for a llama.cpp log (one process; its KV and compute "
+                           "buffers are read from the log); leave them out")
     if report.engine == "vllm":  # the settings the log says it ran with ("non-default args"), unless given
         max_num_batched_tokens = max_num_batched_tokens or report.extra.get("max_num_batched_tokens")
         max_num_seqs = max_num_seqs or report.extra.get("max_num_seqs")

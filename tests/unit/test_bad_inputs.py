@@ -241,6 +241,23 @@ CASES: list[tuple[str, list[str], str]] = [
     ("probe-unknown-model", ["probe", "--model", "Llama-3-9B"], "Llama-3-9B"),
     ("export-binary-study", ["export", "skypilot", "{bin}", "--out", "sky"], "TOML"),
     ("export-out-is-file", ["export", "skypilot", "{study}", "--out", "{file}"], "--out"),
+    # issue #30: refused up front, not after a request, a hang or a store created
+    ("latency-input-tokens-1e9", ["latency", "--engine", "llamacpp", "--base-url", "{closed}", "--input-tokens",
+                                  "1000000000"], "--input-tokens"),
+    ("eval-temperature-nan", ["eval", "--base-url", "{closed}", "--temperature", "nan"], "--temperature"),
+    ("eval-temperature-neg", ["eval", "--base-url", "{closed}", "--temperature", "-1"], "--temperature"),
+    ("reconcile-llamacpp-tp", ["logs", "reconcile", str(REPO / "tests/data/real/llamacpp-cpu/xllamacpp-F16-kvf16.log"), "--model", "SmolLM2-135M",
+                               "--tp", "2"], "--tp"),
+    ("reconcile-llamacpp-vram-util", ["logs", "reconcile", str(REPO / "tests/data/real/llamacpp-cpu/xllamacpp-F16-kvf16.log"), "--model",
+                                      "SmolLM2-135M", "--vram", "24GiB", "--util", "0.5"], "--vram, --util"),
+    ("compare-new-sqlite", ["compare", "--experiment", "x", "--tracking-uri", "sqlite:///{work}/new/dir/mlflow.db"],
+     "no tracking store"),
+    ("report-new-sqlite", ["report", "--experiment", "x", "--tracking-uri", "sqlite:///{work}/new/dir/m.db",
+                           "--out", "{work}/r.html"], "no tracking store"),
+    ("audit-new-sqlite", ["audit", "--experiment", "x", "--tracking-uri", "sqlite:///{work}/new/mlflow.db"],
+     "no tracking store"),
+    ("plan-hub-endpoint-not-url", ["plan", "--model", "org/name", "--gpu", "H100", "--hub-timeout", "nan"],
+     "--hub-timeout"),
 ]
 def _snapshot(*roots: Path) -> set[str]:
     out: set[str] = set()
