@@ -34,9 +34,11 @@ PARENT = "parent"  # --log-to-run alone: the experiment's newest study parent ru
               help="Also log the page as artifacts report/* of a run: alone, the experiment's newest study "
                    "parent run; or a run id.")
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Seconds one request to a tracking server may take (default 60; $MLFLOW_HTTP_REQUEST_TIMEOUT).")
 def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None, max_kl: str | None,
            prices: str | None, study_file: str | None, baseline: str | None, gpu: str | None, out: str | None,
-           fmt: str | None, log_to_run: str | None, tracking_uri: str | None) -> None:
+           fmt: str | None, log_to_run: str | None, tracking_uri: str | None, timeout: float | None) -> None:
     """Per arm a verdict with its reasons — each SLO met or missed (goodput: the highest measured concurrency that
     meets it), capacity and throughput at the SLO against the baseline, GSM8K Δ with its 95% interval (and the
     questions needed to tell it from 0), KL, cost per 1M output tokens, rulebook warnings, fallbacks and contention
@@ -46,6 +48,9 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     from pathlib import Path
 
     from quantrack.errors import BadInput
+    from quantrack.tracking import set_request_timeout
+
+    set_request_timeout(timeout)
     from quantrack.report.decision import (
         Constraints,
         decision_report,

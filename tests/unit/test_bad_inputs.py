@@ -256,6 +256,8 @@ CASES: list[tuple[str, list[str], str]] = [
                            "--out", "{work}/r.html"], "no tracking store"),
     ("audit-new-sqlite", ["audit", "--experiment", "x", "--tracking-uri", "sqlite:///{work}/new/mlflow.db"],
      "no tracking store"),
+    ("report-timeout-nan", ["report", "--experiment", "x", "--timeout", "nan"], "--timeout"),
+    ("audit-timeout-neg", ["audit", "--experiment", "x", "--timeout", "-1"], "--timeout"),
     ("plan-hub-endpoint-not-url", ["plan", "--model", "org/name", "--gpu", "H100", "--hub-timeout", "nan"],
      "--hub-timeout"),
 ]
