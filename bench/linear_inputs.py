@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
+    from quantrack.constraints import _PP_RE, _SLO_RE, parse_accuracy_drop, parse_slo
     from quantrack.errors import BadInput
     from quantrack.redact import redact_text
-    from quantrack.report.decision import _PP_RE, _SLO_RE, parse_accuracy_drop, parse_slo
 
     def row(name: str, make: Callable[[int], Callable[[], object]]) -> None:
         cells = []

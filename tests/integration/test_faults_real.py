@@ -481,7 +481,8 @@ def test_full_disk_page_records_meta_and_plot_leave_no_partial_file(full_disk: P
     now writes a temporary file and renames it: on the full tmpfs each one raises one line naming the path and
     leaves nothing behind (the folder holds only the filler)."""
     from quantrack.accuracy.records import write_meta
-    from quantrack.report.decision import Constraints, decision_report, parse_slo
+    from quantrack.constraints import Constraints, parse_slo
+    from quantrack.report.decision import decision_report
     from quantrack.report.page import write_report
     from quantrack.report.plots import plot_speedup
     from quantrack.tracking import DiskError
