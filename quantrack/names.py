@@ -2,9 +2,8 @@
 eval records, plots), an experiment's name (the store, the report's files).
 
 A name that is a path (``../x``, ``/some/dir``, ``f/16``), holds a NUL or a control character, or is ``.``/``..``
-is refused where it is given (one line, exit 2); a name read back from a store, which quantrack did not
-validate, is made safe with :func:`file_part` before it is joined to a folder. Lengths are capped where they are
-given, so a 5,000-character name fails up front, not when a store refuses it.
+is refused where it is given (one line, exit 2): the study file, ``make_arm`` (the notebook API, ``log --arm``).
+Lengths are capped where they are given, so a 5,000-character name fails up front, not when a store refuses it.
 """
 
 from __future__ import annotations
@@ -31,9 +30,3 @@ def check_name(name: object, what: str, limit: int = MAX_NAME) -> str:
                        "(no '/', '\\', NUL or control characters, not '.' or '..')")
     return name
 
-
-def file_part(name: str, limit: int = 100) -> str:
-    """Any name as a safe single file-name part: separators, NUL and control characters become ``_``, a
-    leading dot is dropped (no ``..``, no hidden file), long names are cut."""
-    safe = _BAD.sub("_", name).lstrip(".").strip() or "_"
-    return safe[:limit]
