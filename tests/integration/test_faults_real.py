@@ -512,3 +512,34 @@ def test_full_disk_page_records_meta_and_plot_leave_no_partial_file(full_disk: P
         plot_speedup(rows, rows, png)
     assert str(exc.value) == f"no space left on device writing {png}"
     assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # no 0-byte file, no temporary file
+
+
+def test_read_only_store_reads_and_refuses_writes_in_one_line(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #30: a read-only store printed dozens of lines. On a tmpfs remounted read-only (root; a file mode would
+    not stop root): compare, report and audit read it; `report --log-to-run` is refused in one line."""
+    from tests.report_fixtures import EXPERIMENT
+
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a read-only mount needs root and mount(8)")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True,
+                         text=True, timeout=30, check=False)
+    if res.returncode != 0:
+        pytest.skip(f"mount -t tmpfs failed here: {res.stderr.strip()}")
+    try:
+        uri = f"sqlite:///{mnt}/mlflow.db"
+        subprocess.run([sys.executable, "-c", f"from tests.report_fixtures import build_store; build_store({uri!r})"],
+                       check=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, timeout=30)
+        for argv, want in ((["compare", "--experiment", EXPERIMENT], 0),
+                           (["report", "--experiment", EXPERIMENT, "--out", str(tmp_path / "r.html")], 0),
+                           (["audit", "--experiment", EXPERIMENT], 4)):
+            code, _out, err, _ = _call([*argv, "--tracking-uri", uri], capsys)
+            assert code == want and err.strip() == "", (argv, code, err)
+        code, _out, err, _ = _call(["report", "--experiment", EXPERIMENT, "--out", str(tmp_path / "r2.html"),
+                                    "--log-to-run", "--tracking-uri", uri], capsys)
+        assert code == 1 and err.count("\n") == 1 and "Read-only file system" in err, err
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30, check=False)
