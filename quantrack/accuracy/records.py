@@ -136,7 +136,7 @@ def check_resume_meta(records_path: Path, settings: dict[str, Any]) -> None:
 
 
 def write_meta(records_path: Path, settings: dict[str, Any]) -> None:
-    from quantrack.files import write_atomic
+    from quantrack.store.files import write_atomic
 
     write_atomic(meta_path(records_path), json.dumps(settings, indent=2, sort_keys=True) + "\n", flag="--output")
 
@@ -145,7 +145,7 @@ class RecordWriter:
     """Appends records as they arrive, flushed line by line (the run's artifact)."""
 
     def __init__(self, path: Path, *, resume: bool) -> None:
-        from quantrack.files import open_new, refuse_link
+        from quantrack.store.files import open_new, refuse_link
 
         self.path = refuse_link(path, "--output")  # never written through a link (eval --output LINK --overwrite)
         path.parent.mkdir(parents=True, exist_ok=True)

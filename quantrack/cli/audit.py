@@ -28,7 +28,7 @@ def audit(experiments: tuple[str, ...], log_dirs: tuple[str, ...], fmt: str, tra
     """
     from quantrack.report.audit import audit as run_audit
     from quantrack.report.audit import render
-    from quantrack.tracking import set_request_timeout
+    from quantrack.store.uri import set_request_timeout
 
     set_request_timeout(timeout)
     report = run_audit(experiments, log_dirs, tracking_uri)

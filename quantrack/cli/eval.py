@@ -113,7 +113,7 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
 
     if not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
         raise BadInput(f"--temperature {temperature}: a number from 0 to 2 (0 = greedy, the GSM8K default)")
-    from quantrack.tracking import check_writable
+    from quantrack.store.files import check_writable
 
     check_writable(output, "--output")
     result = run_gsm8k(base_url, num_questions=num_questions, num_shots=num_shots, max_tokens=max_tokens,
@@ -175,7 +175,7 @@ def import_cmd(file: str, fmt: str, lm_eval_filter: str, task_name: str | None, 
     result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter,
                                     task_name=task_name)
     if out:
-        from quantrack.tracking import atomic_write_text
+        from quantrack.store.files import atomic_write_text
 
         atomic_write_text(out, result_json(result, records), flag="--out")
     if as_json:

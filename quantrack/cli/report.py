@@ -50,7 +50,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     from quantrack.constraints import Constraints, parse_accuracy_drop, parse_max_kl, parse_slo
     from quantrack.errors import BadInput
     from quantrack.report.decision import decision_report
-    from quantrack.tracking import set_request_timeout
+    from quantrack.store.uri import set_request_timeout
 
     set_request_timeout(timeout)
 
@@ -66,7 +66,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         raise BadInput(f"--out {str(target)!r} is a directory: give a file name")
     if not target.parent.is_dir():
         raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
-    from quantrack.tracking import resolve_uri
+    from quantrack.store.uri import resolve_uri
 
     uri = resolve_uri(tracking_uri, create=False)
     rep = decision_report(experiment, flags, uri=uri, study=study_file, baseline=baseline, gpu=gpu)
@@ -89,7 +89,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
 
 def _log_target(value: str, experiment: str, uri: str) -> str:
     from quantrack.errors import BadInput
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     if value != PARENT:
         runs = {r.run_id for r in load_runs(experiment, uri, role=None)}

@@ -80,7 +80,7 @@ def plot_speedup(
         fig.tight_layout()
         import io
 
-        from quantrack.files import write_atomic
+        from quantrack.store.files import write_atomic
 
         buf = io.BytesIO()
         fig.savefig(buf, format="png")

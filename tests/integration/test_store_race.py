@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from quantrack.tracking import load_runs
+from quantrack.store.tracking import load_runs
 
 pytestmark = [pytest.mark.integration]
 
@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import sys, time
-    from quantrack.tracking import RunRecord, Tracker
+    from quantrack.store.records import RunRecord
+    from quantrack.store.tracking import Tracker
     uri, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
     import mlflow.tracking  # the import (seconds) before the start line, so the store creation overlaps
     time.sleep(max(0.0, start - time.time()))

@@ -69,7 +69,8 @@ def test_forced_exit_spools_the_arm_killed_and_the_parent_status(tmp_path: Path,
     from quantrack.arms import make_arm
     from quantrack.run.orchestrate import _Held
     from quantrack.run.outcome import ArmOutcome
-    from quantrack.tracking import Logged, RunRecord, Tracker
+    from quantrack.store.records import Logged, RunRecord
+    from quantrack.store.tracking import Tracker
 
     spool = tmp_path / "spool"
     monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(spool))
@@ -104,7 +105,7 @@ LOOP_SCRIPT = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     from quantrack.interrupts import signals_raise
-    from quantrack.tracking import atomic_write_text
+    from quantrack.store.files import atomic_write_text
     out = Path(sys.argv[1])
     def force(signum):
         atomic_write_text(out, "x" * 200_000 + f"forced {signum}")  # the spool write, whole or absent

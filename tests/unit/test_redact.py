@@ -15,7 +15,8 @@ from quantrack.redact import (
     redact_mapping,
     redact_text,
 )
-from quantrack.tracking import RunRecord, _materialize
+from quantrack.store.records import RunRecord
+from quantrack.store.tracking import _materialize
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA"  # shaped like a Hugging Face token (not a real one)
 KEY = "sk-test-" + "0123456789abcdef0123"
@@ -172,8 +173,8 @@ def test_every_spelling_of_a_secret_is_found_nowhere(tmp_path: Path, monkeypatch
     from quantrack.redact import forget_secrets
     from quantrack.run.outcome import ArmOutcome
     from quantrack.run.record import record_for_arm, study_record
+    from quantrack.store.tracking import Tracker, read_artifact_text, spool_record
     from quantrack.study import load_study
-    from quantrack.tracking import Tracker, read_artifact_text, spool_record
 
     forget_secrets()
     monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(tmp_path / "spool"))

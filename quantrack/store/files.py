@@ -1,11 +1,5 @@
-"""Writing output files safely: whole or not at all, never through a symbolic link, every error naming the path.
-
-* :func:`write_atomic` writes a temporary file beside the target, fsyncs it and renames it over the target: a full
-  disk leaves the old file (or none), never a 0-byte or truncated one, and the message names the path.
-* :func:`refuse_link` refuses an output path that is a symbolic link (``report --out LINK``, ``eval --output
-  LINK --overwrite``): quantrack never writes through a link to a file the user did not name.
-* :func:`open_new` opens a file for streaming writes (eval records) without following a link at its path.
-"""
+"""Files written whole or not at all (the spool, exports, `eval --output`, every command that writes a file),
+and the one-line refusals for a path that cannot be written."""
 
 from __future__ import annotations
 
@@ -25,8 +19,10 @@ class DiskError(QuantrackError):
     exit_code = 1
 
 
-def refusal(exc: OSError, path: str | Path, flag: str | None = None) -> QuantrackError:
-    """One line for an OS refusal naming the path: the machine's fault (exit 1) or the user's path (exit 2)."""
+# --- files: whole or not at all -----------------------------------------------------------------------------
+
+def os_refusal(exc: OSError, path: str | Path, flag: str | None = None) -> QuantrackError:
+    """One line for an OS refusal naming the path: BadInput for the user's path, DiskError for the machine."""
     where = f"{flag} {path}" if flag else str(path)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskError(f"no space left on device writing {where}")
@@ -38,6 +34,54 @@ def refusal(exc: OSError, path: str | Path, flag: str | None = None) -> Quantrac
         return BadInput(f"cannot write {where}: it is a symbolic link; quantrack does not write through links")
     return BadInput(f"cannot write {where}: {exc.strerror or exc}")
 
+
+def check_writable(path: str | Path | None, flag: str) -> None:
+    """Refuse, before any work, an output path whose folder is missing or not writable (exit 2)."""
+    if path is None:
+        return
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise BadInput(f"{flag} {p}: is a folder, not a file")
+    if not parent.is_dir():
+        raise BadInput(f"{flag} {p}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInput(f"{flag} {p}: the folder {parent} is not writable")
+
+
+def atomic_write_text(path: str | Path, text: str, *, flag: str | None = None, mode: int | None = None,
+                      errors: str = "strict") -> Path:
+    """Write ``text`` to ``path`` whole or not at all: temp file beside it, fsync, rename.
+
+    A full disk leaves the old file (or none), never a truncated one, and raises one line naming the path.
+    ``mode`` sets the file's permissions (0o600 for the spool)."""
+    target = Path(path)
+    tmp: Path | None = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8", errors=errors, newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        else:  # mkstemp makes 0600; a plain output file gets the usual umask-derived mode
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise os_refusal(exc, target, flag) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    return target
+
+
+# --- outputs never written through a link (issue #30) ---------------------------------------------------
 
 def refuse_link(path: str | Path, flag: str | None = None) -> Path:
     """``path`` unless it is a symbolic link (even a dangling one): one line, exit 2."""
@@ -70,7 +114,7 @@ def write_atomic(path: str | Path, data: str | bytes, *, flag: str | None = None
         os.replace(tmp, target)
         tmp = None
     except OSError as exc:
-        raise refusal(exc, target, flag) from None
+        raise os_refusal(exc, target, flag) from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -85,5 +129,5 @@ def open_new(path: str | Path, *, append: bool = False, flag: str | None = None)
     try:
         fd = os.open(p, flags, 0o666)
     except OSError as exc:
-        raise refusal(exc, p, flag) from None
+        raise os_refusal(exc, p, flag) from None
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
