@@ -178,7 +178,10 @@ def test_every_spelling_of_a_secret_is_found_nowhere(tmp_path: Path, monkeypatch
 
     forget_secrets()
     monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(tmp_path / "spool"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the Hub id below is never fetched
+    with socket.socket() as s0:  # the Hub id below is never fetched: its Hub is a closed local port
+        s0.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{s0.getsockname()[1]}")
+    # (not HF_HUB_OFFLINE: huggingface_hub reads it once, at import, for the rest of the process)
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     f = tmp_path / "spelled.toml"
