@@ -19,9 +19,10 @@ pays for it (``tests/unit/test_cold_start_imports.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from quantrack.engines import GPU_ENGINE_KINDS
 from quantrack.errors import BadInput
@@ -35,13 +36,72 @@ if TYPE_CHECKING:
     from quantrack.study import Study
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _public(fn: F) -> F:
+    """A notebook-facing function: an exception it raises carries no secret (its message is redacted by value and
+    by pattern, and the chained exceptions, which a notebook would print, are dropped when anything was hidden)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            from quantrack.redact import redact_text
+
+            text = str(exc)
+            clean = redact_text(text)
+            if clean == text:
+                raise
+            try:
+                new = type(exc)(clean)
+            except Exception:  # noqa: BLE001 - an exception type that takes other arguments
+                new = RuntimeError(f"{type(exc).__name__}: {clean}")
+            raise new from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _path_arg(value: Any, name: str) -> str | Path:
+    if not isinstance(value, (str, Path)):
+        raise TypeError(f"{name}: expected a path (str or pathlib.Path), got {type(value).__name__}")
+    return value
+
+
+def _str_arg(value: Any, name: str, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError(f"{name}: expected a non-empty string, got {type(value).__name__} {value!r}"[:200])
+    return value
+
+
+def _str_list(value: Any, name: str) -> list[str]:
+    """A list of strings; a bare string is refused (it would be iterated by character: arms='fp8' -> 'f')."""
+    if isinstance(value, str):
+        raise TypeError(f"{name}: expected a list of strings, got the string {value!r}; write {name}=[{value!r}]")
+    if value is None or not isinstance(value, Iterable):
+        raise TypeError(f"{name}: expected a list of strings, got {type(value).__name__}")
+    items = list(value)
+    bad = [v for v in items if not isinstance(v, (str, Path))]
+    if bad:
+        raise TypeError(f"{name}: expected a list of strings, got an item of type {type(bad[0]).__name__}")
+    return [str(v) for v in items]
+
+
+ROLES = ("arm", "study", "node-fact")
+
+
+@_public
 def load_study(path: str | Path) -> Study:
     """The study file, validated completely (``quantrack.study.load_study``)."""
     from quantrack.study import load_study as _load
 
-    return _load(path)
+    return _load(_path_arg(path, "path"))
 
 
+@_public
 def compare(experiment: str, *, baseline: str | None = None, tracking_uri: str | None = None,
             prices: str | Path | None = None, gpu: str | None = None) -> pd.DataFrame:
     """``quantrack compare`` as a DataFrame: one row per arm (and per GPU for a fleet experiment), the numbers
@@ -52,6 +112,12 @@ def compare(experiment: str, *, baseline: str | None = None, tracking_uri: str |
 
     from quantrack.report.compare import COLUMNS, compare_by_gpu
 
+    _str_arg(experiment, "experiment")
+    _str_arg(baseline, "baseline", optional=True)
+    _str_arg(tracking_uri, "tracking_uri", optional=True)
+    _str_arg(gpu, "gpu", optional=True)
+    if prices is not None:
+        _path_arg(prices, "prices")
     tables = compare_by_gpu(experiment, baseline, tracking_uri, prices, gpu)
     records = []
     for table in tables:
@@ -66,17 +132,20 @@ def compare(experiment: str, *, baseline: str | None = None, tracking_uri: str |
     return df
 
 
+@_public
 def audit_report(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (),
                  tracking_uri: str | None = None) -> AuditReport:
     """The typed ``AuditReport`` (rows, warnings, FP8 probes per node, ``exit_code``)."""
     from quantrack.report.audit import audit as _audit
 
-    experiments, log_dirs = list(experiments), list(log_dirs)
+    experiments, log_dirs = _str_list(experiments, "experiments"), _str_list(log_dirs, "log_dirs")
+    _str_arg(tracking_uri, "tracking_uri", optional=True)
     if not experiments and not log_dirs:
         raise BadInput("audit needs experiments=[...] or log_dirs=[...]")
     return _audit(experiments, log_dirs, tracking_uri)
 
 
+@_public
 def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (),
           tracking_uri: str | None = None) -> pd.DataFrame:
     """``quantrack audit`` as a DataFrame: one row per node (run or log file) with the requested quantization,
@@ -91,6 +160,7 @@ def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (),
     return df
 
 
+@_public
 def plan(model: str | ModelShape, *, gpu: str | None = None, vram: str | float | None = None,
          arms: Sequence[str] | None = None, engine: str | None = None, util: float | None = None,
          context_len: int = 4096, tp: int = 1, overhead: str | None = None) -> pd.DataFrame:
@@ -109,6 +179,7 @@ def plan(model: str | ModelShape, *, gpu: str | None = None, vram: str | float |
     return df
 
 
+@_public
 def plan_request(model: str | ModelShape, *, gpu: str | None = None, vram: str | float | None = None,
                  arms: Sequence[str] | None = None, engine: str | None = None, util: float | None = None,
                  context_len: int = 4096, tp: int = 1, overhead: str | None = None) -> Any:
@@ -119,6 +190,12 @@ def plan_request(model: str | ModelShape, *, gpu: str | None = None, vram: str |
     from quantrack.study import GpuSpec, Study
 
     shape = _shape(model)
+    _str_arg(gpu, "gpu", optional=True)
+    _str_arg(engine, "engine", optional=True)
+    if vram is not None and (isinstance(vram, bool) or not isinstance(vram, (str, int, float))):
+        raise TypeError(f"vram: expected '24GiB' or a number of GiB, got {type(vram).__name__}")
+    if arms is not None:
+        arms = _str_list(arms, "arms")
     if (gpu is None) == (vram is None):
         raise BadInput("give gpu= (a catalog GPU) or vram= (memory per GPU), one of them")
     gpu_name = None
@@ -149,6 +226,11 @@ def _shape(model: str | ModelShape) -> ModelShape:
 
     if isinstance(model, catalog.ModelShape):
         return model
+    if isinstance(model, Path):
+        model = str(model)
+    if not isinstance(model, str) or not model.strip():
+        raise TypeError("model: expected a catalog name, a Hub id (ORG/NAME), a config.json or .gguf path, or a "
+                        f"ModelShape; got {type(model).__name__}")
     if model.endswith(".gguf"):
         from quantrack.models.ggufmeta import load_gguf
 
@@ -157,9 +239,12 @@ def _shape(model: str | ModelShape) -> ModelShape:
         from quantrack.models.hfconfig import load_hf_config
 
         return load_hf_config(model)
-    return catalog.get_model(model)
+    from quantrack.models.hub import resolve_model  # a catalog name, or a Hub id as `quantrack plan --model` reads it
+
+    return resolve_model(model)
 
 
+@_public
 def runs(experiment: str, *, tracking_uri: str | None = None, role: str | None = "arm") -> pd.DataFrame:
     """Every run of an experiment (newest first): ``run_id``, ``arm``, ``status``, times, then ``params.*``,
     ``metrics.*`` and ``tags.*`` columns, as MLflow names them. ``role=None``: probes and parents too."""
@@ -167,6 +252,13 @@ def runs(experiment: str, *, tracking_uri: str | None = None, role: str | None =
 
     from quantrack.store.tracking import load_runs
 
+    _str_arg(experiment, "experiment")
+    _str_arg(tracking_uri, "tracking_uri", optional=True)
+    if role is not None and role not in ROLES:
+        from quantrack.errors import did_you_mean
+
+        raise ValueError(f"role: {role!r} is not a run role{did_you_mean(str(role), ROLES)}; roles: "
+                         f"{', '.join(ROLES)}, or None for every run")
     rows = load_runs(experiment, tracking_uri, role=role)
     records = [{"run_id": r.run_id, "arm": r.arm, "run_name": r.run_name, "status": r.status,
                 "start_time": pd.to_datetime(r.start_time, unit="ms", utc=True),
@@ -175,12 +267,14 @@ def runs(experiment: str, *, tracking_uri: str | None = None, role: str | None =
     return pd.json_normalize(records, sep=".") if records else pd.DataFrame()
 
 
+@_public
 def preflight(study: str | Path, *, gpu: str | None = None) -> PreflightReport:
     """``quantrack preflight --study FILE`` as the typed ``PreflightReport`` (``.verdict``, ``.results`` per
     GPU x arm with rule verdicts, derived capacity and the launch command; ``.to_dict()``)."""
     from quantrack.hardware.preflight import request_from_study, run_preflight
 
-    return run_preflight(request_from_study(str(study), gpu=gpu))
+    _str_arg(gpu, "gpu", optional=True)
+    return run_preflight(request_from_study(str(_path_arg(study, "study")), gpu=gpu))
 
 
 __all__ = ["audit", "audit_report", "compare", "load_study", "plan", "plan_request", "preflight", "runs"]

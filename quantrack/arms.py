@@ -133,6 +133,10 @@ def make_arm(
     k = normalize_kv(kv)
     if not isinstance(engine_args, (list, tuple)) or not all(isinstance(a, str) for a in engine_args):
         raise BadInput("arm 'args' must be a list of strings")
+    if name is not None:
+        from quantrack.names import check_name
+
+        check_name(name, "arm name")  # server logs, eval records and plots are named by it
     env = env or {}
     if not isinstance(env, dict) or not all(isinstance(k_, str) and isinstance(v_, str) for k_, v_ in env.items()):
         raise BadInput("arm 'env' must map strings to strings")

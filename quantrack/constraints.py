@@ -22,8 +22,21 @@ from quantrack.errors import BadInput, did_you_mean
 SLO_METRICS = ("ttft", "tpot", "e2e")
 SLO_STATS = ("p50", "p90", "p99", "mean")  # what the sweep records per level (measure/sweep.py level_row)
 SLO_NAMES = tuple(f"{m}_{s}" for m in SLO_METRICS for s in SLO_STATS)
-_SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|≤)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*@\s*[cC]?(\d+)\s*$")
-_PP_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(pp|pts?|points?)\s*$", re.IGNORECASE)
+# Linear-time on any input: every number has one way to match ([0-9]+(.[0-9]*)? or .[0-9]+, never [0-9]*.?[0-9]+,
+# which backtracks quadratically on a long digit string), ASCII only (`@٤` is not 4), and inputs are length-capped
+# before matching (bench/linear_inputs.py, docs/benchmarks.md).
+_NUM = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+_SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|≤)\s*(" + _NUM + r"(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*@\s*[cC]?([0-9]+)\s*$",
+                     re.ASCII)
+_PP_RE = re.compile(r"^\s*(" + _NUM + r")\s*(pp|pts?|points?)\s*$", re.IGNORECASE | re.ASCII)
+MAX_CONSTRAINT_CHARS = 200  # the longest SLO or budget string read; a longer one is refused, not parsed
+
+
+def _capped(text: str, where: str) -> str:
+    if len(text) > MAX_CONSTRAINT_CHARS:
+        raise BadInput(f"{where}: {len(text)} characters ({text[:24]!r}…); an SLO or budget is at most "
+                       f"{MAX_CONSTRAINT_CHARS} characters, e.g. 'tpot_p99<=30ms@64'")
+    return text
 DECISION_KEYS = ("slo", "max_accuracy_drop", "max_kl", "prices")
 
 
@@ -49,7 +62,7 @@ def parse_slo(text: str, where: str = "--slo") -> Slo:
     """``tpot_p99<=30ms@64`` -> Slo; a bad string or an unrecorded metric is a one-line BadInput."""
     if not isinstance(text, str):
         raise BadInput(f"{where} {text!r}: an SLO is a string like 'tpot_p99<=30ms@64'")
-    m = _SLO_RE.match(text)
+    m = _SLO_RE.match(_capped(text, where))
     if not m:
         raise BadInput(f"{where} {text!r}: expected METRIC<=VALUE(ms|s)@CONCURRENCY, e.g. 'tpot_p99<=30ms@64'")
     name, _, value, unit, conc = m.groups()
@@ -72,7 +85,7 @@ def parse_slo(text: str, where: str = "--slo") -> Slo:
 
 def parse_accuracy_drop(text: Any, where: str = "--max-accuracy-drop") -> float:
     """``1pp`` -> 0.01 (a fraction of questions); percentage points only, so '1%' is not read as relative."""
-    m = _PP_RE.match(text) if isinstance(text, str) else None
+    m = _PP_RE.match(_capped(text, where)) if isinstance(text, str) else None
     if not m:
         raise BadInput(f"{where} {text!r}: give the budget in percentage points, e.g. '1pp' or '0.5pp'")
     pp = float(m.group(1))
@@ -81,7 +94,14 @@ def parse_accuracy_drop(text: Any, where: str = "--max-accuracy-drop") -> float:
     return pp / 100.0
 
 
-def parse_max_kl(value: Any, where: str = "--max-kl") -> float:
+def parse_max_kl(value: Any, where: str = "--max-kl", *, from_text: bool = False) -> float:
+    """A positive number of nats per token. A study file gives a TOML number (``max_kl = "0.01"``, a string, is
+    refused); the command line's ``--max-kl`` text is read with ``from_text=True``."""
+    if isinstance(value, str) and not from_text:
+        raise BadInput(f"{where} {value!r}: a number, not a string (write max_kl = {value.strip()})"
+                       if len(value) < 40 else f"{where}: a number, not a string")
+    if isinstance(value, str):
+        _capped(value, where)
     try:
         v = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):

@@ -8,7 +8,10 @@ A measurement that is interrupted re-raises with what it had measured attached (
 swallows the interrupt and returns as if it had finished.
 
 A second signal while the first is being handled calls the ``force`` callback given to
-``signals_raise`` (spool what is held, kill the engines) and exits at once.
+``signals_raise`` (spool what is held, kill the engines) and exits at once. Further signals are ignored from
+that moment (a third Ctrl-C must not re-enter ``force`` half-way through its spool write), and what ``force``
+did is said only after it did it, written straight to file descriptor 2 (a signal handler must not re-enter
+the Python stream the interrupted code may be writing to).
 """
 
 from __future__ import annotations
@@ -58,10 +61,15 @@ def as_interrupted(exc: BaseException) -> Interrupted:
 
 
 @contextlib.contextmanager
-def signals_raise(force: Callable[[int], None] | None = None) -> Iterator[None]:
+def signals_raise(force: Callable[[int], list[str] | None] | None = None) -> Iterator[None]:
     """Within the block, SIGINT / SIGTERM / SIGHUP raise ``Interrupted`` in the main thread (once); a second
-    one calls ``force(signum)`` and exits with 128 + signum. Outside the main thread it does nothing (Python
-    delivers signals to the main thread only)."""
+    one calls ``force(signum)`` and exits with 128 + the first signal. ``force`` returns the lines that say
+    what it did (written to stderr after it returns). Outside the main thread it does nothing (Python
+    delivers signals to the main thread only).
+
+    When the block is left by an interrupt in a process that ends on it (``exit_on_late_signals``, the CLI),
+    a later signal exits at once with the same status instead of dying of the default handler half-way
+    through the exit (every record is logged or spooled by then)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -71,14 +79,47 @@ def signals_raise(force: Callable[[int], None] | None = None) -> Iterator[None]:
         if not first:
             first.append(signum)
             raise Interrupted(signum)
+        for s in HANDLED:  # nothing re-enters the forced exit
+            with contextlib.suppress(BaseException):
+                signal.signal(s, signal.SIG_IGN)
+        lines: list[str] = []
         if force is not None:
-            with contextlib.suppress(BaseException):  # forcing the exit: nothing may stop it now
-                force(signum)
+            try:
+                lines = list(force(signum) or [])
+            except BaseException as exc:  # noqa: BLE001 - forcing the exit: nothing may stop it now
+                lines = [(f"{signal_name(signum)} again: the forced exit failed before it finished "
+                          f"({type(exc).__name__}: {str(exc)[:300]})")]
+        _say_raw(lines)
         os._exit(128 + first[0])
 
     previous = {s: signal.signal(s, handler) for s in HANDLED}
     try:
         yield
     finally:
+        late = first and _EXIT_ON_LATE_SIGNALS
         for s, h in previous.items():
-            signal.signal(s, h)
+            signal.signal(s, _exit_now(128 + first[0]) if late else h)
+
+
+_EXIT_ON_LATE_SIGNALS = False
+
+
+def exit_on_late_signals(on: bool = True) -> None:
+    """This process ends when an interrupt ends its work (the CLI): see ``signals_raise``."""
+    global _EXIT_ON_LATE_SIGNALS
+    _EXIT_ON_LATE_SIGNALS = on
+
+
+def _exit_now(code: int) -> Callable[[int, Any], None]:
+    def handler(signum: int, _frame: Any) -> None:
+        _say_raw([(f"{signal_name(signum)} while exiting: exiting now (everything was logged or spooled "
+                   "already)")])
+        os._exit(code)
+    return handler
+
+
+def _say_raw(lines: list[str]) -> None:
+    """Lines to file descriptor 2, bypassing Python's streams (safe inside a signal handler)."""
+    for line in lines:
+        with contextlib.suppress(OSError):
+            os.write(2, f"quantrack: {line}\n".encode("utf-8", "replace"))

@@ -31,7 +31,9 @@ REDACTED = "[REDACTED]"
 
 # Flags whose *next* argument (or ``=value``) is a secret.
 SECRET_FLAGS = ("--api-key", "--api_key", "--hf-token", "--hf_token", "--token", "--auth-token",
-                "--admin-api-key", "--password", "--secret", "--access-token")
+                "--admin-api-key", "--password", "--secret", "--access-token", "-hft")
+# single-dash spellings (llama.cpp's ``-hft`` is ``--hf-token``; vLLM and SGLang have none for keys)
+SHORT_SECRET_FLAGS = ("-hft",)
 
 _SECRET_NAME = re.compile(
     r"(?:^|[_\-.])(?:token|key|secret|password|passwd|credentials?)$"
@@ -49,20 +51,22 @@ _TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?:bearer\s+)?[^\s\"',}]+"), r"\1" + REDACTED),
     (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]{4,}"), r"\1" + REDACTED),
     # --api-key xxx / --api-key=xxx (and the other secret flags)
-    (re.compile(r"(?i)(--(?:api[-_]key|hf[-_]token|token|auth[-_]token|admin[-_]api[-_]key|password"
-                r"|access[-_]token)(?:=|\s+))(?!\[REDACTED\])(?:(['\"])(?:(?!\2).)*\2|[^\s'\",;}\]]+)"), r"\1\2" + REDACTED + r"\2"),
+    (re.compile(r"(?i)((?:--(?:api[-_]key|hf[-_]token|token|auth[-_]token|admin[-_]api[-_]key|password"
+                r"|access[-_]token)|(?<![\w-])-hft)(?:=|\s+))(?!\[REDACTED\])(?:(['\"])(?:(?!\2).)*\2|[^\s'\",;}\]]+)"), r"\1\2" + REDACTED + r"\2"),
     # --secret VALUE, but not `--secret NAME` (SkyPilot's flag takes an environment variable's name)
     (re.compile(r"(?i)(--secret(?:=|\s+))(?!(?-i:[A-Z_][A-Z0-9_]*)(?:\s|$))(?!\[REDACTED\])(?:(['\"])(?:(?!\2).)*\2|[^\s'\",;}\]]+)"),
      r"\1\2" + REDACTED + r"\2"),
     # 'api_key': 'xxx' / "api_key": ["xxx"] / api_key='xxx' (engines print their args as dict reprs);
     # the value keeps its own quotes so JSON stays JSON
-    (re.compile(r"(?i)([\"']?[A-Za-z0-9_]*(?:api[_-]?key|token|secret|password)[\"']?\s*[:=]\s*\[?\s*)"
+    # (the name starts where a word starts: a lookbehind, so a long word is scanned once, not once per letter)
+    (re.compile(r"(?i)(?<![A-Za-z0-9_])([\"']?[A-Za-z0-9_]*(?:api[_-]?key|token|secret|password)[\"']?\s*[:=]\s*\[?\s*)"
                 r"(['\"])(?:(?!\2).)*\2"), r"\1\2" + REDACTED + r"\2"),
     # an argv inside a list (TOML/JSON/Python): ["--api-key", "xxx"] / ['--token', 'xxx']
-    (re.compile(r"(?i)(['\"]--(?:api[-_]key|hf[-_]token|token|auth[-_]token|admin[-_]api[-_]key|password|secret"
-                r"|access[-_]token)['\"]\s*,\s*)(['\"])(?:(?!\2).)*\2"), r"\1\2" + REDACTED + r"\2"),
+    (re.compile(r"(?i)(['\"](?:--(?:api[-_]key|hf[-_]token|token|auth[-_]token|admin[-_]api[-_]key|password|secret"
+                r"|access[-_]token)|-hft)['\"]\s*,\s*)(['\"])(?:(?!\2).)*\2"), r"\1\2" + REDACTED + r"\2"),
     # scheme://user:password@host -> scheme://user:[REDACTED]@host
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:)[^\s@/'\"]+(@)"), r"\1" + REDACTED + r"\2"),
+    # (the scheme starts where a run of scheme characters starts: linear on "a.a.a.a...")
+    (re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:)[^\s/'\"]+(@)"), r"\1" + REDACTED + r"\2"),
     # ENV_NAME=value for secret-named variables (HF_TOKEN=..., OPENAI_API_KEY=...)
     (re.compile(r"\b([A-Z][A-Z0-9_]*(?:_TOKEN|_KEY|_SECRET|PASSWORD)=)(?!\[REDACTED\])(?:(['\"])(?:(?!\2).)*\2|[^\s'\",;}\]]+)"),
      r"\1\2" + REDACTED + r"\2"),
@@ -82,7 +86,7 @@ def is_secret_name(name: str) -> bool:
 
 
 _REGISTERED: set[str] = set()
-_URL_PASSWORD = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:([^\s@/'\"]+)@")
+_URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.\-])[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:([^\s/'\"]+)@")
 # env values this short or this plain are switches, not secrets (HF_HUB_DISABLE_TOKEN=1, SOME_KEY=true)
 _PLAIN_VALUE = re.compile(r"^(?:\d+|true|false|yes|no|on|off|none|null)$", re.IGNORECASE)
 _MIN_SECRET = 4
@@ -108,7 +112,7 @@ def forget_secrets() -> None:
 
 def strip_credentials(url: str) -> str:
     """``scheme://user:password@host/...`` -> ``scheme://host/...`` (what may be written down of a URI)."""
-    return re.sub(r"(?i)^([a-z][a-z0-9+.\-]*://)[^/@\s]*@", r"\1", url)
+    return re.sub(r"(?i)^([a-z][a-z0-9+.\-]*://)[^/\s]*@", r"\1", url)  # to the last @: a password may hold one
 
 
 def url_passwords(text: str) -> list[str]:
@@ -136,15 +140,32 @@ def known_secrets(env: Mapping[str, str] | None = None) -> set[str]:
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Redact secrets in free text: known literal values first (the caller's and the process's), then
     the patterns above."""
+    out = redact_values(text, secrets)
+    for pattern, repl in _TEXT_PATTERNS:
+        out = pattern.sub(repl, out)
+    return out
+
+
+def redact_values(text: str, secrets: Iterable[str] = ()) -> str:
+    """Only the literal secret values (the caller's and the process's), no pattern: for text quantrack wrote
+    itself, such as ``--help``, where ``--api-key KEY`` is documentation, not a key."""
     out = text
     values = {s for s in secrets if s and len(s) >= _MIN_SECRET} | known_secrets()
     values.discard(REDACTED)
     for value in sorted(values, key=len, reverse=True):
         if value in out:
             out = out.replace(value, REDACTED)
-    for pattern, repl in _TEXT_PATTERNS:
-        out = pattern.sub(repl, out)
     return out
+
+
+_VERBATIM: set[str] = set()
+
+
+def verbatim(text: str) -> str:
+    """Mark ``text`` (a help page quantrack rendered) to be printed without pattern redaction."""
+    if len(_VERBATIM) < 256:
+        _VERBATIM.add(text.rstrip("\n"))
+    return text
 
 
 def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
@@ -158,13 +179,12 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
             out.append(REDACTED)
             hide_next = False
             continue
-        if arg.startswith("--") and "=" in arg:
+        if _is_secret_flag(arg.partition("=")[0]) and "=" in arg:
             flag, _, value = arg.partition("=")
-            if flag.lower() in SECRET_FLAGS or is_secret_name(flag):
-                register_secret(value)
-                out.append(f"{flag}={REDACTED}")
-                continue
-        elif arg.startswith("--") and (arg.lower() in SECRET_FLAGS or is_secret_name(arg)):
+            register_secret(value)
+            out.append(f"{flag}={REDACTED}")
+            continue
+        if _is_secret_flag(arg):
             out.append(arg)
             hide_next = True
             continue
@@ -172,9 +192,59 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
     return out
 
 
+def _is_secret_flag(arg: str) -> bool:
+    if arg in SHORT_SECRET_FLAGS:
+        return True
+    return arg.startswith("--") and (arg.lower() in SECRET_FLAGS or is_secret_name(arg))
+
+
+def argv_secret_values(argv: Iterable[str]) -> list[str]:
+    """The values of the secret flags in an argv (``-hft X``, ``--hf-token X``, ``--api-key=X``), to scrub by
+    value from files that hold them in another form (the study TOML's ``args = [...]``)."""
+    args = list(argv)
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if eq and _is_secret_flag(flag) and value:
+            out.append(value)
+        elif _is_secret_flag(arg) and i + 1 < len(args):
+            out.append(args[i + 1])
+    return out
+
+
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Environment with secret-named variables' values replaced."""
     return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
+
+
+# Variables a study may set for its engine whose values are settings, not secrets. Anything else given under
+# ``[engine] env`` / ``[[arms]] env`` is treated as a secret (DB_PASS, GITHUB_PAT, MY_CRED...): its value is
+# hidden in launch/env.json and scrubbed by value everywhere.
+_HARMLESS_ENV = re.compile(
+    r"^(?:CUDA_[A-Z0-9_]*|NCCL_[A-Z0-9_]*|NVIDIA_[A-Z0-9_]*|OMP_[A-Z0-9_]*|MKL_[A-Z0-9_]*|OPENBLAS_[A-Z0-9_]*"
+    r"|VLLM_[A-Z0-9_]*|SGLANG_[A-Z0-9_]*|LLAMA_ARG_[A-Z0-9_]*|GGML_[A-Z0-9_]*|PYTORCH_[A-Z0-9_]*|TORCH_[A-Z0-9_]*"
+    r"|HF_HOME|HF_HUB_(?:OFFLINE|CACHE|ENABLE_HF_TRANSFER|DISABLE_[A-Z_]+|DOWNLOAD_TIMEOUT|ETAG_TIMEOUT)"
+    r"|HF_DATASETS_[A-Z0-9_]*|TRANSFORMERS_[A-Z0-9_]*|TOKENIZERS_PARALLELISM|RAY_[A-Z0-9_]*|TRITON_[A-Z0-9_]*"
+    r"|PATH|LD_LIBRARY_PATH|PYTHONPATH|PYTHONUNBUFFERED|TMPDIR|HOME|LANG|LC_[A-Z]+|TZ|XDG_[A-Z_]+)$")
+
+
+def is_secret_env(name: str, value: str | None) -> bool:
+    """A variable given to an engine by a study: secret unless its name is a known setting (and not
+    secret-looking: ``VLLM_API_KEY`` is a secret)."""
+    if not value:
+        return False
+    return is_secret_name(name) or not _HARMLESS_ENV.match(name.strip())
+
+
+def redact_study_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A study's engine environment with every value that is not a known setting hidden."""
+    return {k: (REDACTED if is_secret_env(k, v) else v) for k, v in env.items()}
+
+
+def study_env_secrets(env: Mapping[str, str]) -> list[str]:
+    """The values of a study's engine environment to scrub by value (not plain switches like ``1``/``true``)."""
+    return [v for k, v in env.items() if is_secret_env(k, v) and len(v) >= _MIN_SECRET
+            and not _PLAIN_VALUE.match(v)]
 
 
 def secret_values(env: Mapping[str, str], extra: Iterable[str | None] = ()) -> list[str]:
@@ -223,7 +293,10 @@ class RedactingStream(io.TextIOBase):
     def write(self, s: str) -> int:  # type: ignore[override]
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        self._inner.write(redact_text(s) if s else s)
+        if s and s.rstrip("\n") in _VERBATIM:  # help text: only known secret values, never a pattern
+            self._inner.write(redact_values(s))
+        else:
+            self._inner.write(redact_text(s) if s else s)
         return len(s)
 
     def flush(self) -> None:
@@ -245,15 +318,21 @@ class RedactingStream(io.TextIOBase):
 __all__ = [
     "REDACTED",
     "RedactingStream",
+    "argv_secret_values",
     "forget_secrets",
+    "is_secret_env",
     "is_secret_name",
     "known_secrets",
     "redact_argv",
     "redact_env",
     "redact_mapping",
+    "redact_study_env",
     "redact_text",
+    "redact_values",
     "register_secret",
     "secret_values",
     "strip_credentials",
+    "study_env_secrets",
     "url_passwords",
+    "verbatim",
 ]

@@ -160,6 +160,9 @@ def range_text(check: Check, base: str) -> str:
     return ""
 
 
+MAX_INT = 2**31 - 1  # the largest count any engine or HTTP client here takes (C int): 2^64 is refused, not wrapped
+
+
 def describe(kind: Kind, check: Check) -> str:
     """What a value must be, as the error message says it: 'an integer ≥ 1', 'a list of strings' ..."""
     if kind.base == "table":
@@ -205,7 +208,7 @@ def _scalar_ok(base: str, check: Check, v: Any) -> tuple[bool, Any]:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False, v
     if base == "int":
-        if not isinstance(v, int):
+        if not isinstance(v, int) or (check.le is None and abs(v) > MAX_INT):
             return False, v
     elif not math.isfinite(v):
         return False, v
@@ -227,6 +230,10 @@ def check_value(kind: Kind, check: Check, value: Any, where: str) -> Any:
         return None
 
     def bad() -> BadInput:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        huge = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT]
+        if huge and check.le is None:
+            return BadInput(f"{where}: {huge[0]:,} is larger than any engine takes (at most {MAX_INT:,})")
         hint = ""
         if check.choices is not None and isinstance(value, str):
             hint = did_you_mean(value, check.choices)

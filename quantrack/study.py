@@ -236,13 +236,31 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
         from quantrack.fleet.spec import fleet_spec
 
         fleet_spec(study.fleet, study.gpu.name, study.source)  # its messages name the file themselves
+    _register_study_secrets(study)
     return study
+
+
+def _register_study_secrets(study: Study) -> None:
+    """The study's secret values (env values that are not known settings, secret engine flags' values) are
+    remembered for every later redaction in this process: console, records, spool, exports."""
+    from quantrack.redact import argv_secret_values, register_secret, study_env_secrets
+
+    register_secret(*study_env_secrets(dict(study.engine.env)), *argv_secret_values(study.engine.args))
+    for arm in study.arms:
+        register_secret(*study_env_secrets(arm.env_dict), *argv_secret_values(arm.engine_args))
 
 
 def _study(data: dict[str, Any], source: str) -> Study:
     top = build(Study, data, "", skip=(*_SECTIONS, "arms", "baseline", "decision"))
     if "name" not in top:
         raise BadInput("name: required (a non-empty string)")
+    from quantrack.names import MAX_EXPERIMENT, check_name
+
+    check_name(top["name"], "name")  # the study's work folder and exported files are named by it
+    tracking = data.get("tracking")
+    exp = tracking.get("experiment") if isinstance(tracking, dict) else None
+    if isinstance(exp, str) and len(exp) > MAX_EXPERIMENT:  # an experiment name is not a file: length only
+        raise BadInput(f"[tracking] experiment: {len(exp)} characters ({exp[:24]!r}…); at most {MAX_EXPERIMENT}")
     sections: dict[str, Any] = {}
     for key, cls in _SECTIONS.items():
         table = data.get(key, {})
@@ -334,6 +352,10 @@ def _arms(raw: Any, baseline: Any) -> list[Arm]:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise BadInput(f"duplicate arm name {min(dup)!r}")
+    from quantrack.names import check_name
+
+    for i, a in enumerate(arms):
+        check_name(a.name, f"[[arms]] #{i + 1} name")  # server logs, eval records and plots are named by it
     if baseline is not None and (not isinstance(baseline, str) or not baseline):
         raise BadInput(f"baseline: expected the name of an arm, got {shown(baseline)}")
     return with_baseline(arms, baseline)

@@ -27,6 +27,7 @@ Imported accuracy is labelled ``imported:<format>``; an interval is derived from
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,33 @@ def _detect(p: Path, data: dict[str, Any]) -> str:
                    "pass --format vllm|sglang|lm-eval")
 
 
+MAX_QUESTIONS = 10_000_000  # far beyond any benchmark split; a larger count is a corrupt file
+
+
 def _number(p: Path, data: dict[str, Any], key: str) -> float:
     val = data.get(key)
     if isinstance(val, bool) or not isinstance(val, int | float):
-        raise BadInput(f"{p}: field {key!r} missing or not a number")
+        raise BadInput(f"{p}: field {key!r} missing or not a number (got {type(val).__name__})")
+    if isinstance(val, float) and not math.isfinite(val):
+        raise BadInput(f"{p}: field {key!r} is {val}, not a finite number")
     return float(val)
+
+
+def _count(p: Path, value: Any, key: str, *, low: int = 0) -> int:
+    """A whole number of questions from an imported file: an int (or an integral float), in [low, 10^7]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            (isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise BadInput(f"{p}: field {key!r} is {str(value)[:40]!r}, not a whole number of questions")
+    n = int(value)
+    if not low <= n <= MAX_QUESTIONS:
+        raise BadInput(f"{p}: field {key!r} is {n:,}; expected {low} to {MAX_QUESTIONS:,}")
+    return n
+
+
+def _fraction(p: Path, value: float, what: str) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise BadInput(f"{p}: {what} {value} is not a fraction in [0, 1]")
+    return value
 
 
 def _counted(p: Path, accuracy: float, n: int, what: str) -> int:
@@ -123,6 +146,7 @@ def _from_counts(*, accuracy: float, n: int | None, invalid: int | None, source:
                  settings: dict[str, Any], p: Path) -> EvalResult:
     from quantrack.accuracy.stats import proportion
 
+    _fraction(p, accuracy, "accuracy")  # an SGLang score of 2 is not "200%"
     if n is None:  # accuracy known, count unknown: no interval can be derived
         return EvalResult(task="gsm8k", style=style, num_questions=0, n=0, correct=0, invalid=invalid, errors=0,
                           accuracy=accuracy, se=None, ci_low=None, ci_high=None, records_path=None, source=source,
@@ -136,9 +160,7 @@ def _from_counts(*, accuracy: float, n: int | None, invalid: int | None, source:
 
 def _from_vllm(p: Path, data: dict[str, Any]) -> EvalResult:
     acc = _number(p, data, "accuracy")
-    n = int(_number(p, data, "num_questions"))
-    if n < 1:
-        raise BadInput(f"{p}: num_questions must be >= 1")
+    n = _count(p, data.get("num_questions"), "num_questions", low=1)
     invalid = _counted(p, _number(p, data, "invalid_rate"), n, "invalid_rate")
     keep = ("num_questions", "num_shots", "max_tokens", "latency", "timestamp", "request_params")
     settings = {k: data[k] for k in keep if k in data}
@@ -147,9 +169,9 @@ def _from_vllm(p: Path, data: dict[str, Any]) -> EvalResult:
 
 
 def _from_sglang(p: Path, data: dict[str, Any], num_questions: int | None) -> EvalResult:
-    acc = _number(p, data, "score")
-    if num_questions is not None and num_questions < 1:
-        raise BadInput(f"--num-questions {num_questions}: must be >= 1")
+    acc = _fraction(p, _number(p, data, "score"), "score")
+    if num_questions is not None and not 1 <= num_questions <= MAX_QUESTIONS:
+        raise BadInput(f"--num-questions {num_questions}: must be 1 to {MAX_QUESTIONS:,}")
     settings: dict[str, Any] = {k: data[k] for k in ("latency", "output_throughput") if k in data}
     if num_questions is None:
         settings["note"] = "SGLang run_eval does not record the question count; pass --num-questions for an interval"
@@ -219,8 +241,11 @@ def _from_lm_eval(p: Path, data: dict[str, Any], filt: str, task_name: str | Non
     other = _other_filter(filt)
     other_key = f"exact_match,{other}"
     other_acc = _number(p, metrics, other_key) if other_key in metrics else None
-    counts = (data.get("n-samples") or {}).get(task) or {}
+    n_samples = data.get("n-samples")
+    counts = (n_samples.get(task) if isinstance(n_samples, dict) else None) or {}
     n = counts.get("effective") if isinstance(counts, dict) else None
+    if n is not None:
+        n = _count(p, n, f"n-samples.{task}.effective", low=1)
     settings: dict[str, Any] = {"filter": filt, "lm_eval_task": task,
                                 "lm_eval_stderr": metrics.get(f"exact_match_stderr,{filt}"),
                                 "n-shot": (data.get("n-shot") or {}).get(task),
@@ -282,6 +307,12 @@ def _sample_line(p: Path, no: int, line: str) -> dict[str, Any]:
         raise BadInput(f"{p}:{no}: not valid JSON") from None
     if not isinstance(row, dict) or "doc_id" not in row or "exact_match" not in row:
         raise BadInput(f"{p}:{no}: not an lm-eval sample line (needs doc_id and exact_match)")
+    doc = row["doc_id"]
+    if isinstance(doc, bool) or not isinstance(doc, int) or not 0 <= doc < MAX_QUESTIONS:
+        raise BadInput(f"{p}:{no}: doc_id {str(doc)[:40]!r} is not a question index (a whole number >= 0)")
+    em = row["exact_match"]
+    if isinstance(em, bool) or not isinstance(em, int | float) or em not in (0, 1):
+        raise BadInput(f"{p}:{no}: exact_match {str(em)[:40]!r} is not 0 or 1")
     return row
 
 
@@ -380,6 +411,18 @@ def _from_result_json(p: Path, data: dict[str, Any]) -> tuple[EvalResult, dict[i
             records[rec.id] = rec
     fields = ("task", "style", "num_questions", "n", "correct", "invalid", "errors", "accuracy", "se", "ci_low",
               "ci_high", "records_path", "source", "settings", "extra")
+    for key in ("num_questions", "n", "correct", "invalid", "errors"):
+        if data.get(key) is not None:
+            _count(p, data[key], key)
+    for key in ("accuracy", "se", "ci_low", "ci_high"):
+        if data.get(key) is not None:
+            _fraction(p, _number(p, data, key), key)
+    for key in ("task", "style", "records_path", "source"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise BadInput(f"{p}: field {key!r} is not a string")
+    for key in ("settings", "extra"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise BadInput(f"{p}: field {key!r} is not an object")
     try:
         kwargs: dict[str, Any] = {k: data.get(k) for k in fields}
         res = EvalResult(**kwargs)

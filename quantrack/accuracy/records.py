@@ -136,21 +136,24 @@ def check_resume_meta(records_path: Path, settings: dict[str, Any]) -> None:
 
 
 def write_meta(records_path: Path, settings: dict[str, Any]) -> None:
-    mp = meta_path(records_path)
-    mp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    from quantrack.store.files import write_atomic
+
+    write_atomic(meta_path(records_path), json.dumps(settings, indent=2, sort_keys=True) + "\n", flag="--output")
 
 
 class RecordWriter:
     """Appends records as they arrive, flushed line by line (the run's artifact)."""
 
     def __init__(self, path: Path, *, resume: bool) -> None:
-        self.path = path
+        from quantrack.store.files import open_new, refuse_link
+
+        self.path = refuse_link(path, "--output")  # never written through a link (eval --output LINK --overwrite)
         path.parent.mkdir(parents=True, exist_ok=True)
         if resume and path.exists():
             _drop_torn_tail(path)
-            self._fh: IO[str] = path.open("a", encoding="utf-8")
+            self._fh: IO[str] = open_new(path, append=True, flag="--output")
         else:
-            self._fh = path.open("w", encoding="utf-8")
+            self._fh = open_new(path, flag="--output")
 
     def write(self, rec: QuestionRecord) -> None:
         self._fh.write(rec.to_json() + "\n")

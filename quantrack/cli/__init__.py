@@ -42,8 +42,27 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+class HelpContext(click.Context):
+    """Help pages are quantrack's own text: printed without pattern redaction (``--api-key KEY`` and
+    "Authorization: Bearer" are documentation), still scrubbed of known secret values."""
+
+    def get_help(self) -> str:
+        from quantrack.redact import verbatim
+
+        return verbatim(super().get_help())
+
+
+def _help_verbatim(cmd: click.Command) -> click.Command:
+    cmd.context_class = HelpContext
+    for sub in getattr(cmd, "commands", {}).values():
+        _help_verbatim(sub)
+    return cmd
+
+
 class LazyGroup(click.Group):
     """A click group whose sub-commands are imported on first use."""
+
+    context_class = HelpContext
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(n for n, spec in COMMANDS.items() if _module_exists(spec[0]))
@@ -54,7 +73,7 @@ class LazyGroup(click.Group):
             return None
         module = importlib.import_module(spec[0])
         cmd: click.Command = getattr(module, spec[1])
-        return cmd
+        return _help_verbatim(cmd)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(n, COMMANDS[n][2]) for n in self.list_commands(ctx)]
@@ -114,6 +133,10 @@ def _fail(message: str, code: int) -> None:
 
 
 def _main(argv: list[str] | None) -> Any:
+    if argv is None:  # the console command (not a test's in-process call): it ends when an interrupt ends it
+        from quantrack.interrupts import exit_on_late_signals
+
+        exit_on_late_signals()
     try:
         return cli.main(args=argv, prog_name="quantrack", standalone_mode=False)
     except click.exceptions.Abort:

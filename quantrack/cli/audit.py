@@ -12,7 +12,10 @@ import click
               help="Audit the raw engine startup logs (*.log) in this directory (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
-def audit(experiments: tuple[str, ...], log_dirs: tuple[str, ...], fmt: str, tracking_uri: str | None) -> None:
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Seconds one request to a tracking server may take (default 60; $MLFLOW_HTTP_REQUEST_TIMEOUT).")
+def audit(experiments: tuple[str, ...], log_dirs: tuple[str, ...], fmt: str, tracking_uri: str | None,
+          timeout: float | None) -> None:
     """Per node: GPU, compute capability, MIG, engine version, requested quantization, effective kernel,
     fallback with its evidence line, capacity deviation and TPOT against the same GPU + arm median.
 
@@ -25,7 +28,9 @@ def audit(experiments: tuple[str, ...], log_dirs: tuple[str, ...], fmt: str, tra
     """
     from quantrack.report.audit import audit as run_audit
     from quantrack.report.audit import render
+    from quantrack.store.uri import set_request_timeout
 
+    set_request_timeout(timeout)
     report = run_audit(experiments, log_dirs, tracking_uri)
     click.echo(render(report, fmt), nl=False)
     if report.exit_code:

@@ -109,6 +109,10 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
         raise unknown("task", task, TASKS)
     if not base_url:
         raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
+    import math
+
+    if not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
+        raise BadInput(f"--temperature {temperature}: a number from 0 to 2 (0 = greedy, the GSM8K default)")
     from quantrack.store.files import check_writable
 
     check_writable(output, "--output")

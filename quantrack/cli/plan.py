@@ -214,9 +214,20 @@ def _profile_note(req: Any) -> str:
 @click.option("--max-num-seqs", help="With --engine vllm: max_num_seqs (V0 default 256; default: V1's for the GPU).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "md"]), default="table",
               show_default=True)
+@click.option("--hub-timeout", "hub_timeout", type=float, default=None, metavar="SECONDS",
+              help="With --model ORG/NAME: seconds the Hub look-up may take in all (default 30, "
+                   "$QUANTRACK_HUB_TIMEOUT); an unreachable or hung Hub is one line, exit 2.")
 def plan(**opts: Any) -> None:
     """Derived capacity per arm: weights, KV budget, KV tokens, concurrency (not measured)."""
     from quantrack.hardware.capacity import run_plan
 
+    hub_timeout = opts.pop("hub_timeout", None)
+    if hub_timeout is not None:
+        import math
+        import os
+
+        if not (math.isfinite(hub_timeout) and 0 < hub_timeout < 86400):
+            raise BadInput(f"--hub-timeout {hub_timeout}: a number of seconds > 0")
+        os.environ["QUANTRACK_HUB_TIMEOUT"] = repr(hub_timeout)
     req = build_request(opts)
     click.echo(render_rows(req, run_plan(req), opts["fmt"]))

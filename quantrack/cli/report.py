@@ -37,9 +37,11 @@ PARENT = "parent"  # --log-to-run alone: the experiment's newest study parent ru
               help="Also log the page as artifacts report/* of a run: alone, the experiment's newest study "
                    "parent run; or a run id.")
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Seconds one request to a tracking server may take (default 60; $MLFLOW_HTTP_REQUEST_TIMEOUT).")
 def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None, max_kl: str | None,
            prices: str | None, study_file: str | None, baseline: str | None, gpu: str | None, out: str | None,
-           fmt: str | None, log_to_run: str | None, tracking_uri: str | None) -> None:
+           fmt: str | None, log_to_run: str | None, tracking_uri: str | None, timeout: float | None) -> None:
     """Per arm a verdict with its reasons — each SLO met or missed (goodput: the highest measured concurrency that
     meets it), capacity and throughput at the SLO against the baseline, GSM8K Δ with its 95% interval (and the
     questions needed to tell it from 0), KL, cost per 1M output tokens, rulebook warnings, fallbacks and contention
@@ -51,17 +53,20 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     from quantrack.constraints import Constraints, parse_accuracy_drop, parse_max_kl, parse_slo
     from quantrack.errors import BadInput
     from quantrack.report.decision import decision_report
+    from quantrack.store.uri import set_request_timeout
+
+    set_request_timeout(timeout)
 
     flags = Constraints(
         slos=tuple(parse_slo(s) for s in slos),
         max_accuracy_drop=None if max_accuracy_drop is None else parse_accuracy_drop(max_accuracy_drop),
-        max_kl=None if max_kl is None else parse_max_kl(max_kl),
+        max_kl=None if max_kl is None else parse_max_kl(max_kl, from_text=True),
         prices=prices, sources=("flags",) if (slos or max_accuracy_drop or max_kl or prices) else ())
     if fmt is None:
         fmt = "md" if out and Path(out).suffix.lower() in (".md", ".markdown") else "html"
     from quantrack.store.uri import resolve_uri
 
-    uri = resolve_uri(tracking_uri)
+    uri = resolve_uri(tracking_uri, create=False)
     target = Path(out) if out else _default_out(uri, experiment, fmt)
     if target.is_dir():
         raise BadInput(f"--out {str(target)!r} is a directory: give a file name")

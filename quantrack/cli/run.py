@@ -65,7 +65,9 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
                  f"{study.tracking.experiment!r} (a first look, not figures to decide on)")
     from quantrack.cli.serve import exposure_warning
 
-    exposed = exposure_warning(study.engine.host, study.engine.args, subject="[engine] host =")
+    exposed = exposure_warning(study.engine.host, [*study.engine.args, *(x for a in study.arms for x in a.engine_args)],
+                               subject="[engine] host =",
+                               env={**dict(study.engine.env), **{k: v for a in study.arms for k, v in a.env_dict.items()}})
     if exposed and not base_url:
         click.echo(f"quantrack: warning: {exposed}", err=True)
     if ray_address is not None:

@@ -63,19 +63,36 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
     click.echo("server exited")
 
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def exposure_warning(host: str, argv: list[str] | tuple[str, ...], subject: str = "--host") -> str | None:
-    """A server bound beyond loopback (``0.0.0.0``, a LAN address) is reachable by anyone who can reach the
-    machine; without ``--api-key`` its API (generation, and model loading on some engines) is open."""
-    if host in _LOOPBACK or host.startswith("127."):
+def exposure_warning(host: str, argv: list[str] | tuple[str, ...], subject: str = "--host",
+                     env: dict[str, str] | None = None) -> str | None:
+    """A server bound beyond loopback (``0.0.0.0``, ``::``, a LAN address) is reachable by anyone who can reach
+    the machine; without ``--api-key`` its API (generation, and model loading on some engines) is open. The host
+    is the ``host`` setting, or a ``--host X`` / ``--host=X`` in the engine's arguments (vLLM, SGLang and
+    llama.cpp spell it so; the last one wins, as with their parsers), or llama.cpp's ``LLAMA_ARG_HOST``."""
+    bound = [(host, subject)]
+    for i, a in enumerate(argv):
+        if a == "--host" and i + 1 < len(argv):
+            bound.append((argv[i + 1], "[engine] args --host"))
+        elif a.startswith("--host="):
+            bound.append((a.split("=", 1)[1], "[engine] args --host"))
+    if env and env.get("LLAMA_ARG_HOST"):
+        bound.append((env["LLAMA_ARG_HOST"], "env LLAMA_ARG_HOST ="))
+    exposed = [(h, where) for h, where in bound if not _is_loopback(h)]
+    if not exposed:
         return None
+    host, subject = exposed[0]
     keyed = any(a == "--api-key" or a.startswith("--api-key=") for a in argv)
     if keyed:
-        return f"{subject} {host}: the engine is reachable from the network (protected by its --api-key only)"
+        return f"{subject} {host}: the engine is reachable from the network (protected only by its API key)"
     return (f"{subject} {host} exposes an unauthenticated engine to every machine that can reach this one; "
             "bind 127.0.0.1 (the default) or give the engine an --api-key")
+
+
+def _is_loopback(host: str) -> bool:
+    h = host.strip().strip("[]").lower()
+    return h in ("127.0.0.1", "localhost", "::1", "0:0:0:0:0:0:0:1") or h.startswith("127.")
 
 
 def _resolved_for_arm(study, arm_name: str):  # type: ignore[no-untyped-def]

@@ -46,11 +46,20 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-def kill_all() -> None:
-    """SIGKILL the process group of every live server now (a forced exit: no time to wait for them)."""
+def kill_all() -> str:
+    """SIGKILL the process group of every live server now (a forced exit: no time to wait for them);
+    returns which (``pid N, pid M``), empty when none was live."""
+    killed = []
+    procs = []
     for server in list(_LIVE):
         if server.proc is not None:
             server._signal_group(server.proc.pid, signal.SIGKILL)
+            killed.append(f"pid {server.proc.pid}")
+            procs.append(server.proc)
+    for proc in procs:  # reaped before the exit, so none is left behind even as a zombie (bounded: 2 s each)
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=2.0)
+    return ", ".join(killed)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -302,6 +302,12 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     adapter = get_adapter(report.engine)
     _check_flags(adapter, report, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                  slots=slots)
+    if adapter.memory.slots:  # one process, its KV cache split into slots, read from the log: these would be ignored
+        unused = [n for n, v in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--vram", vram), ("--util", util))
+                  if v is not None]
+        if unused:
+            raise BadInput(f"{', '.join(unused)}: not used for a {report.engine} log (one process; its KV and compute "
+                           "buffers are read from the log); leave them out")
     if adapter.memory.profile_settings:  # the settings the log says it ran with ("non-default args"), unless given
         max_num_batched_tokens = max_num_batched_tokens or report.extra.get("max_num_batched_tokens")
         max_num_seqs = max_num_seqs or report.extra.get("max_num_seqs")

@@ -139,8 +139,19 @@ def strip_userinfo(url: str) -> str:
     return f"{scheme}{sep}{rest}"
 
 
+MAX_TOKENS = 10_000_000  # the longest context any engine here offers is 10M tokens (Llama 4 Scout)
+MAX_REQUESTS = 1_000_000
+
+
 def check_counts(*, input_tokens: int, output_tokens: int, warmup: int | None = None, iterations: int | None = None) -> None:
-    """Bad counts -> BadInput naming the flag."""
+    """Bad counts -> BadInput naming the flag (before any request: a billion-token prompt is refused, not built)."""
+    if input_tokens > MAX_TOKENS:
+        raise BadInput(f"--input-tokens {input_tokens:,}: more than any engine's context ({MAX_TOKENS:,} at most)")
+    if output_tokens > MAX_TOKENS:
+        raise BadInput(f"--output-tokens {output_tokens:,}: more than any engine's context ({MAX_TOKENS:,} at most)")
+    for flag, n in (("--warmup", warmup), ("--iterations", iterations)):
+        if n is not None and n > MAX_REQUESTS:
+            raise BadInput(f"{flag} {n:,}: at most {MAX_REQUESTS:,} requests")
     if input_tokens < 1:
         raise BadInput(f"--input-tokens must be >= 1 (got {input_tokens})")
     if output_tokens < 2:

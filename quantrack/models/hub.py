@@ -8,7 +8,10 @@ at each call, so a test or a shell can point it elsewhere:
 * ``HF_TOKEN``: sent to the Hub for gated/private repos; never logged, printed or written by quantrack;
 * ``HF_HUB_OFFLINE``: no network; the config comes from the Hugging Face cache and the headers from ours;
 * ``HF_HUB_CACHE`` / ``HF_HOME``: where ``config.json`` is cached (huggingface_hub's own cache layout);
-* ``QUANTRACK_CACHE``: where the header summary is cached, one JSON file per repository commit.
+* ``QUANTRACK_CACHE``: where the header summary is cached, one JSON file per repository commit;
+* ``QUANTRACK_HUB_TIMEOUT``: seconds one look-up may take in all (default 30; ``plan --hub-timeout``). An
+  unreachable, hung or misconfigured Hub, or a corrupt cache, is one line (exit 2) within it, whatever
+  ``huggingface_hub`` version is installed (its retries and its own errors are not shown).
 
 :func:`resolve_model` is the one entry point for a ``--model`` value or a study's ``[model] name``: a catalog
 name gives the catalog shape (no network), an ``ORG/NAME`` gives the Hub checkpoint. Every failure is one
@@ -58,7 +61,99 @@ def resolve_model(name: str) -> ModelShape:
 
 
 def _endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    """``HF_ENDPOINT`` (default the Hub), checked: a value that is not an http(s) URL is one line, exit 2."""
+    raw = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).strip().rstrip("/")
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(raw)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        if ok:
+            _ = parts.port  # an impossible port raises ValueError
+    except ValueError:
+        ok = False
+    if not ok:
+        raise BadInput(f"HF_ENDPOINT {raw[:100]!r} is not a URL: use https://huggingface.co (the default) or "
+                       "http(s)://host[:port] of a Hub mirror")
+    return raw
+
+
+DEFAULT_HUB_TIMEOUT_S = 30.0
+
+
+def hub_timeout_s() -> float:
+    """Seconds a whole Hub look-up may take: ``$QUANTRACK_HUB_TIMEOUT`` (``plan --hub-timeout`` sets it)."""
+    raw = os.environ.get("QUANTRACK_HUB_TIMEOUT")
+    if not raw:
+        return DEFAULT_HUB_TIMEOUT_S
+    try:
+        v = float(raw)
+    except ValueError:
+        v = float("nan")
+    if not (v > 0 and v < 86400):
+        raise BadInput(f"QUANTRACK_HUB_TIMEOUT {raw[:40]!r}: a number of seconds > 0")
+    return v
+
+
+def _bounded(what: str, fn: Any) -> Any:
+    """``fn()`` in a daemon thread, given ``hub_timeout_s()`` in all; huggingface_hub's retry lines are kept off
+    the console (its logger raised to ERROR) and an exception it raises that the callers do not map is one line.
+    A hung Hub (the TCP connection accepted, nothing answered) ends at the deadline, not after its retries."""
+    import logging
+    import threading
+
+    timeout = hub_timeout_s()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    log = logging.getLogger("huggingface_hub")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        t = threading.Thread(target=work, name="quantrack-hub", daemon=True)
+        t.start()
+        t.join(timeout)
+    finally:
+        log.setLevel(level)
+    if t.is_alive():
+        raise BadInput(f"{what}: {_endpoint()} did not answer within {timeout:g} s (QUANTRACK_HUB_TIMEOUT / "
+                       "--hub-timeout); offline, set HF_HUB_OFFLINE=1 to read the Hugging Face cache")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _unreachable() -> str | None:
+    """Why the endpoint cannot be reached (one short probe, bounded by the Hub timeout), or None if it answers."""
+    import httpx
+
+    t = min(5.0, hub_timeout_s())
+    try:
+        httpx.head(_endpoint(), timeout=httpx.Timeout(t, connect=t))
+    except httpx.TimeoutException:
+        return f"no answer within {t:g} s; --hub-timeout / QUANTRACK_HUB_TIMEOUT sets the wait"
+    except httpx.HTTPError as exc:
+        cause = exc.__cause__ or exc.__context__
+        text = str(cause or exc) or type(exc).__name__
+        return " ".join(text.split())[:120]
+    return None
+
+
+def _unmapped(what: str, exc: BaseException) -> BadInput:
+    """An error huggingface_hub raised that is not one of its documented ones (a closed client, a corrupt cache
+    entry, a network error by another name): one line naming the endpoint."""
+    reach = _unreachable()
+    if reach:
+        return BadInput(f"{what}: cannot reach {_endpoint()} ({reach}) and it is not in the Hugging Face cache; "
+                        "connect, or set HF_ENDPOINT to a mirror")
+    first = (str(exc).splitlines() or [""])[0][:200]
+    return BadInput(f"{what}: the Hub look-up at {_endpoint()} failed ({type(exc).__name__}: {first}); offline, set "
+                    "HF_HUB_OFFLINE=1 to read the Hugging Face cache")
 
 
 def _offline() -> bool:
@@ -105,8 +200,9 @@ def fetch_config(repo: str, revision: str | None) -> tuple[dict[str, Any], str]:
     commit = Path(path).parent.name  # hf cache layout: .../snapshots/<commit>/config.json
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BadInput(f"model {repo}: config.json is not readable JSON ({exc})") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8 (a corrupt cache entry)
+        raise BadInput(f"model {repo}: config.json at {path} is not readable JSON ({type(exc).__name__}); delete it "
+                       "to fetch it again") from None
     if not isinstance(data, dict):
         raise BadInput(f"model {repo}: config.json is not a JSON object")
     return data, commit
@@ -124,9 +220,21 @@ def _download(repo: str, filename: str, revision: str | None) -> str:
 
     offline = _offline()
     at = f"@{revision}" if revision else ""
+    endpoint = _endpoint()
+    timeout = hub_timeout_s()
+    if not offline and (reach := _unreachable()):  # one short probe first: never huggingface_hub's retry loop
+        try:
+            return str(_bounded(f"model {repo}{at}", lambda: hf_hub_download(
+                repo, filename, revision=revision, endpoint=endpoint, cache_dir=_hf_cache(), local_files_only=True)))
+        except Exception:  # noqa: BLE001 - not cached (or unreadable): the unreachable Hub is the answer
+            raise BadInput(f"model {repo}{at}: cannot reach {endpoint} ({reach}) and {filename} is not in the "
+                           "Hugging Face cache; connect, or set HF_ENDPOINT to a mirror") from None
     try:
-        return str(hf_hub_download(repo, filename, revision=revision, endpoint=_endpoint(), token=_token(),
-                                   cache_dir=_hf_cache(), local_files_only=offline))
+        return str(_bounded(f"model {repo}{at}", lambda: hf_hub_download(
+            repo, filename, revision=revision, endpoint=endpoint, token=_token(), cache_dir=_hf_cache(),
+            local_files_only=offline, etag_timeout=min(10.0, timeout))))
+    except BadInput:
+        raise
     except GatedRepoError:
         raise BadInput(_gated(repo)) from None
     except RepositoryNotFoundError:
@@ -137,7 +245,9 @@ def _download(repo: str, filename: str, revision: str | None) -> str:
         if offline:
             raise BadInput(f"model {repo}{at}: HF_HUB_OFFLINE is set and {filename} is not in the Hugging Face "
                            "cache; run once online (or unset HF_HUB_OFFLINE)") from None
-        raise BadInput(f"model {repo}{at}: cannot reach {_endpoint()} and {filename} is not cached") from None
+        reach = _unreachable() or "no answer"
+        raise BadInput(f"model {repo}{at}: cannot reach {_endpoint()} ({reach}) and {filename} is not in the Hugging "
+                       "Face cache; connect, or set HF_ENDPOINT to a mirror") from None
     except HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status == 404:
@@ -145,6 +255,8 @@ def _download(repo: str, filename: str, revision: str | None) -> str:
         raise BadInput(f"model {repo}{at}: the Hub answered HTTP {status} for {filename}") from None
     except OSError as exc:
         raise BadInput(f"model {repo}{at}: cannot read {filename} from {_endpoint()} ({type(exc).__name__})") from None
+    except Exception as exc:  # noqa: BLE001 - whatever this huggingface_hub version raises: one line, exit 2
+        raise _unmapped(f"model {repo}{at}", exc) from None
 
 
 def _gated(repo: str) -> str:
@@ -175,7 +287,9 @@ def fetch_tensor_headers(repo: str, commit: str) -> dict[str, tuple[str, list[in
     disable_progress_bars()
     api = HfApi(endpoint=_endpoint(), token=_token())
     try:
-        meta = api.get_safetensors_metadata(repo, revision=commit)
+        meta = _bounded(f"model {repo}", lambda: api.get_safetensors_metadata(repo, revision=commit))
+    except BadInput:
+        raise
     except GatedRepoError:
         raise BadInput(_gated(repo)) from None
     except RepositoryNotFoundError:
@@ -191,6 +305,8 @@ def fetch_tensor_headers(repo: str, commit: str) -> dict[str, tuple[str, list[in
     except OSError as exc:
         raise BadInput(f"model {repo}: cannot read safetensors headers from {_endpoint()} "
                        f"({type(exc).__name__})") from None
+    except Exception as exc:  # noqa: BLE001 - whatever this huggingface_hub version raises: one line, exit 2
+        raise _unmapped(f"model {repo}", exc) from None
     tensors: dict[str, tuple[str, list[int]]] = {}
     for file_meta in meta.files_metadata.values():
         for name, info in file_meta.tensors.items():
@@ -200,13 +316,13 @@ def fetch_tensor_headers(repo: str, commit: str) -> dict[str, tuple[str, list[in
 
 
 def _read_header_cache(path: Path) -> dict[str, tuple[str, list[int]]] | None:
-    try:
+    try:  # a corrupt entry (not UTF-8, not JSON, wrong shapes) is a cache miss, never a crash
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        if not isinstance(data, dict) or data.get("version") != HEADER_CACHE_VERSION:
+            return None
+        return {str(k): (str(v[0]), [int(d) for d in v[1]]) for k, v in data.get("tensors", {}).items()}
+    except (OSError, ValueError, TypeError, IndexError, KeyError, AttributeError):
         return None
-    if not isinstance(data, dict) or data.get("version") != HEADER_CACHE_VERSION:
-        return None
-    return {k: (str(v[0]), [int(d) for d in v[1]]) for k, v in data.get("tensors", {}).items()}
 
 
 def _write_header_cache(path: Path, repo: str, commit: str, tensors: dict[str, tuple[str, list[int]]]) -> None:

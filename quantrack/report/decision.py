@@ -228,7 +228,7 @@ def decision_report(experiment: str, flags: Constraints, *, uri: str | None = No
     from quantrack.store.tracking import load_runs
     from quantrack.store.uri import resolve_uri
 
-    target = resolve_uri(uri)
+    target = resolve_uri(uri, create=False)
     base_c = study_constraints(study) if study else None
     if flags.prices:
         load_prices(flags.prices)  # a bad prices file is reported before the store is read

@@ -19,6 +19,7 @@ from quantrack.report.judge import V_CANNOT, V_CLEAR, V_MISSES, ArmDecision, Ver
 from quantrack.report.labelled import Figure
 from quantrack.report.recommend import Section
 from quantrack.run.schema import Tag
+from quantrack.store.files import refuse_link, write_atomic
 
 FORMATS = ("html", "md")
 _CSS = """
@@ -211,6 +212,15 @@ def _audit_html(rep: DecisionReport) -> str:
 
 # --- Markdown ---------------------------------------------------------------------------------------------
 
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]#!"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
+
+
+def _md(text: object) -> str:
+    """Text from a run (names, engine log lines, notes) as Markdown shows it, never as markup or raw HTML (the HTML
+    page escapes the same text with html.escape)."""
+    return str(text).translate(_MD_SPECIAL)
+
+
 def _md_cell(f: Figure) -> str:
     if f.value is None:
         return f.show().replace("|", "\\|")
@@ -221,65 +231,66 @@ def to_markdown(rep: DecisionReport, png_dir: Path, stem: str) -> tuple[str, lis
     """The Markdown text and the PNGs written into ``png_dir`` (named ``<stem>-<section>-<figure>.png``)."""
     from quantrack.report.figures import pictures
 
-    lines = [f"# Which arm to deploy: {rep.experiment}", "",
+    lines = [f"# Which arm to deploy: {_md(rep.experiment)}", "",
              (f"quantrack report, generated {rep.generated} from {rep.n_runs} arm run(s) in `{rep.uri}`. "
              "Labels: measured / derived / imported; FILL IN = not measured."), "", ("**Constraints** (from "
              f"{', '.join(rep.constraints.sources) or 'defaults'}; {rep.price_note}):"), ""]
-    lines += [f"- {x}" for x in rep.constraints.describe()] + [""]
+    lines += [f"- {_md(x)}" for x in rep.constraints.describe()] + [""]
     if rep.fleet_pick:
-        lines += [f"**Fleet:** {rep.fleet_pick}", ""]
+        lines += [f"**Fleet:** {_md(rep.fleet_pick)}", ""]
     written: list[Path] = []
     for i, sec in enumerate(rep.sections):
-        lines += [f"## {sec.gpu} — baseline {sec.baseline or 'none'}", "", f"> **Recommendation:** {sec.recommendation}",
+        lines += [f"## {_md(sec.gpu)} — baseline {_md(sec.baseline or 'none')}", "",
+                  f"> **Recommendation:** {_md(sec.recommendation)}",
                   "", ("| Arm | Verdict | SLOs | Throughput at SLO | × baseline | Capacity | × baseline | Cost / 1M | "
                   "GSM8K | Δ [95% CI] | Distinguishable | KL | Warnings, fallbacks | Contention | Run |"),
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for a in sec.arms:
             lvl = f" @c{a.slo_level}" if a.slo_level is not None else ""
-            row = [f"**{a.arm}**" + (" (baseline)" if a.baseline else ""), f"**{a.verdict}**",
-                   "<br>".join(_slo_text(a)) or "no SLO stated", _md_cell(a.throughput) + lvl,
+            row = [f"**{_md(a.arm).replace('|', chr(92) + '|')}**" + (" (baseline)" if a.baseline else ""),
+                   f"**{a.verdict}**", "<br>".join(_md(t) for t in _slo_text(a)) or "no SLO stated", _md_cell(a.throughput) + lvl,
                    _md_cell(a.throughput_x), _md_cell(a.capacity), _md_cell(a.capacity_x), _md_cell(a.cost),
                    _md_cell(a.acc.accuracy), _md_cell(a.acc.delta), _distinguish(a), _md_cell(_kl_text(a)),
-                   _warn_text(a), _contention_text(a), f"`{a.run_id}`"]
+                   _md(_warn_text(a)), _md(_contention_text(a)), f"`{a.run_id}`"]
             lines.append("| " + " | ".join(x.replace("|", "\\|") if not x.startswith("**") else x for x in row) + " |")
         lines += ["", "**Why**", ""]
         for a in sec.arms:
-            lines.append(f"- **{a.arm}: {a.verdict}**")
-            lines += [f"  - {r}" for r in a.reasons]
-        lines += ["", f"**Pareto frontier** {sec.frontier_axes}: " + (", ".join(sec.frontier) or "—")
-                  + (f" — {sec.frontier_note}" if sec.frontier_note else ""), "", "**What would change the answer**", ""]
-        lines += [f"- {x}" for x in sec.changes] + [""]
+            lines.append(f"- **{_md(a.arm)}: {a.verdict}**")
+            lines += [f"  - {_md(r)}" for r in a.reasons]
+        lines += ["", f"**Pareto frontier** {_md(sec.frontier_axes)}: " + (", ".join(_md(f) for f in sec.frontier) or "—")
+                  + (f" — {_md(sec.frontier_note)}" if sec.frontier_note else ""), "", "**What would change the answer**",
+                  ""]
+        lines += [f"- {_md(x)}" for x in sec.changes] + [""]
         for name, title, caption, png in pictures(sec, rep.constraints):
             p = png_dir / f"{stem}-s{i}-{name}.png"
-            p.write_bytes(png)
+            write_atomic(p, png, flag="--out")
             written.append(p)
-            lines += [f"![{title}]({p.name})", "", f"_{caption}_", ""]
+            lines += [f"![{_md(title)}]({p.name})", "", f"_{_md(caption)}_", ""]
     if rep.audit is not None:
         au = rep.audit
         lines += ["## Fleet audit", "", f"{len(au.fell_back)} of {len(au.rows)} node run(s) fell back.", ""]
-        lines += [f"- {r.node} ({r.gpu}, arm {r.arm}, run `{r.source}`): {r.evidence}" for r in au.fell_back]
-        lines += [f"- {w}" for w in au.warnings] + [""]
+        lines += [f"- {_md(r.node)} ({_md(r.gpu)}, arm {_md(r.arm)}, run `{r.source}`): {_md(r.evidence)}"
+                  for r in au.fell_back]
+        lines += [f"- {_md(w)}" for w in au.warnings] + [""]
     if rep.notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in rep.notes] + [""]
+        lines += ["## Notes", ""] + [f"- {_md(n)}" for n in rep.notes] + [""]
     return "\n".join(lines), written
 
 
-def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html") -> list[Path]:
-    """Write the page (and, for md, its PNGs beside it); returns every file written."""
+def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html", flag: str | None = "--out") -> list[Path]:
+    """Write the page (and, for md, its PNGs beside it), each file whole or not at all and never through a link;
+    returns every file written. ``flag``: what the messages call the path (None: the path alone)."""
     if fmt not in FORMATS:
         raise BadInput(f"unknown --format {fmt!r}; formats: {', '.join(FORMATS)}")
-    path = Path(out)
+    path = refuse_link(out, flag)
     if path.exists() and path.is_dir():
         raise BadInput(f"--out {str(path)!r} is a directory: give a file name")
     if not path.parent.is_dir():
         raise BadInput(f"--out {str(path)!r}: no such directory {str(path.parent)!r}")
-    if fmt == "html":
-        text = to_html(rep)
-        path.write_text(text, encoding="utf-8")
-        return [path]
+    if fmt == "html":  # whole or not at all: a full disk never leaves a 0-byte page
+        return [write_atomic(path, to_html(rep), flag=flag)]
     text, pngs = to_markdown(rep, path.parent, path.stem)
-    path.write_text(text, encoding="utf-8")
-    return [path, *pngs]
+    return [write_atomic(path, text, flag=flag), *pngs]
 
 
 
@@ -318,7 +329,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
         rep = build_report(result.experiment, runs, c, uri=uri, baseline=result.study.baseline.name,
                            prices=prices if c.prices is None else None)
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        files = write_report(rep, Path(workdir) / "report.html", "html")
+        files = write_report(rep, Path(workdir) / "report.html", "html", flag=None)
         log_report(files, parent.run_id, uri)
     except Exception as exc:  # noqa: BLE001 - the runs are logged already; the page is only a view of them
         say(f"report: could not write the decision page ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "

@@ -95,7 +95,13 @@ def plot_speedup(
         ax.grid(True, alpha=0.3)
         out = Path(path)
         fig.tight_layout()
-        fig.savefig(out, format="png")
+        import io
+
+        from quantrack.store.files import write_atomic
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        write_atomic(out, buf.getvalue())  # a full disk leaves no 0-byte PNG, and the message names it
     finally:
         plt.close(fig)
     return out

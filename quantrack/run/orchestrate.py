@@ -306,23 +306,47 @@ class _Held:
     arm: ArmOutcome | None = None
     record: Callable[[ArmOutcome], RunRecord] | None = None
 
-    def force(self, signum: int) -> None:
+    def force(self, signum: int) -> list[str]:
+        """The second signal: spool what is held first (each write atomic, each on its own so one failure
+        does not skip the other), then kill the engines; returns the lines that say what was done."""
         from quantrack.engines.lifecycle import kill_all
         from quantrack.store.records import now_ms
         from quantrack.store.tracking import spool_record, spool_terminate
 
-        reason = f"forced exit ({signal_name(signum)} while stopping)"
-        self.say(f"{signal_name(signum)} again: exiting now; engines killed, what is held goes to the spool "
-                 "(`quantrack sync` uploads it)")
-        kill_all()
-        out, self.arm = self.arm, None
-        if out is not None and self.record is not None:
-            if out.status in ("RUNNING", STATUS_FINISHED):
-                out.status, out.failed_step = STATUS_KILLED, out.step or "between steps"
-            out.error = out.error or reason
-            spool_record(self.record(out), self.tracker.uri, reason)
+        sig = signal_name(signum)
+        reason = f"forced exit ({sig} while stopping)"
+        lines: list[str] = []
+        out, record = self.arm, self.record
+        if out is not None and record is not None:
+            name = out.arm.name
+            try:
+                if out.status in ("RUNNING", STATUS_FINISHED):
+                    out.status, out.failed_step = STATUS_KILLED, out.step or "between steps"
+                out.error = out.error or reason
+                where = spool_record(record(out), self.tracker.uri, reason)
+                self.arm = None
+                lines.append(f"arm {name!r} spooled {out.status} to {where}")
+            except BaseException as exc:  # noqa: BLE001 - said, never hidden
+                lines.append(f"arm {name!r} could NOT be spooled: {type(exc).__name__}: {str(exc)[:300]}")
         if self.parent is not None:
-            spool_terminate(self.tracker.uri, self.experiment, self.parent.uuid, STATUS_KILLED, now_ms())
+            try:
+                op = spool_terminate(self.tracker.uri, self.experiment, self.parent.uuid, STATUS_KILLED, now_ms())
+                self.parent = None
+                lines.append(f"the study's parent run: KILLED status spooled to {op}")
+            except BaseException as exc:  # noqa: BLE001
+                lines.append(f"the study's parent run's KILLED status could NOT be spooled: "
+                             f"{type(exc).__name__}: {str(exc)[:300]}")
+        try:
+            killed = kill_all()
+            lines.append(f"engines killed ({killed})" if killed else "no engine was running")
+        except BaseException as exc:  # noqa: BLE001
+            lines.append(f"engines could NOT all be killed: {type(exc).__name__}: {str(exc)[:200]}")
+        spooled = any(" spooled " in ln for ln in lines)
+        head = f"{sig} again: forced exit"
+        tail = "; `quantrack sync` uploads what was spooled" if spooled else ""
+        from quantrack.redact import redact_text
+
+        return [redact_text(f"{head}: " + "; ".join(lines) + tail)]
 
 
 def run_study(study: Study, opts: RunOptions | None = None, progress: Progress | None = None,
@@ -402,7 +426,7 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
             try:
                 run_arm(study, arm, arm_opts, workdir, node, say, baseline=baseline_out, out=out)
             finally:  # whatever ended the arm: it is logged with everything it measured, in the state it ended
-                logged[arm.name] = _log_arm(tracker, arm_record(out))
+                logged[arm.name] = _log_arm(tracker, lambda: arm_record(out))  # noqa: B023 - called now
                 held.arm = None
                 outcomes.append(out)
                 where = logged[arm.name].run_id or f"spool {logged[arm.name].spooled}"
@@ -434,14 +458,17 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     return result
 
 
-def _log_arm(tracker: Tracker, rec: RunRecord) -> Logged:
-    """Log the arm's record; an interrupt that lands while it is being sent spools it, then goes on."""
+def _log_arm(tracker: Tracker, build: Callable[[], RunRecord]) -> Logged:
+    """Build and log the arm's record; an interrupt that lands while it is built or sent spools it, then
+    goes on."""
+    rec: RunRecord | None = None
     try:
+        rec = build()
         return tracker.log(rec)
     except KeyboardInterrupt:
         from quantrack.store.tracking import spool_record
 
-        spool_record(rec, tracker.uri, "interrupted while logging")
+        spool_record(rec if rec is not None else build(), tracker.uri, "interrupted while logging")
         raise
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
 from quantrack.engines import get_adapter
-from quantrack.redact import redact_argv, redact_env, secret_values
+from quantrack.redact import argv_secret_values, redact_argv, redact_study_env, secret_values, study_env_secrets
 from quantrack.run import schema
 from quantrack.run.outcome import ArmOutcome
 from quantrack.run.schema import Artifact, Metric, Param, Tag
@@ -69,12 +69,26 @@ def outcomes_bitmap(records_path: Path | None) -> tuple[str | None, str | None]:
     return "".join(chars), meta.get("data_sha256")
 
 
+def study_secrets(study: Study) -> list[str]:
+    """Every secret value a study file holds: its engine's and arms' env values that are not known settings
+    (``DB_PASS``, ``GITHUB_PAT``...) and the values of secret engine flags (``-hft``, ``--api-key=``) in
+    ``[engine] args`` and each arm's args; scrubbed by value from everything recorded, the study file too."""
+    env: dict[str, str] = dict(study.engine.env)
+    argv: list[str] = list(study.engine.args)
+    vals: list[str] = []
+    for arm in study.arms:
+        vals += study_env_secrets(arm.env_dict)
+        vals += argv_secret_values(arm.engine_args)
+    return [*study_env_secrets(env), *argv_secret_values(argv), *vals]
+
+
 def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uuid: str | None = None,
                    baseline_accuracy: float | None = None, extra_secrets: tuple[str, ...] = ()) -> RunRecord:
     """The run for one arm: fixed param/metric/tag names (quantrack.run.schema, docs/tracking.md)."""
     arm = out.arm
     rec = RunRecord(experiment=experiment, run_name=arm.name, parent_uuid=parent_uuid, start_ms=out.start_ms)
-    rec.secrets = secret_values({**dict(study.engine.env), **out.launch_env, **arm.env_dict}, extra_secrets)
+    rec.secrets = secret_values({**dict(study.engine.env), **out.launch_env, **arm.env_dict},
+                                [*extra_secrets, *study_secrets(study)])
     _params(rec, study, out)
     _tags(rec, study, out)
     _metrics(rec, out, baseline_accuracy)
@@ -215,7 +229,7 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
     rep = out.log_report
     if out.launch_argv:
         rec.artifacts[Artifact.LAUNCH_COMMAND] = " ".join(redact_argv(out.launch_argv, rec.secrets)) + "\n"
-        rec.artifacts[Artifact.LAUNCH_ENV] = json.dumps(redact_env(out.launch_env), indent=1, sort_keys=True)
+        rec.artifacts[Artifact.LAUNCH_ENV] = json.dumps(redact_study_env(out.launch_env), indent=1, sort_keys=True)
     if out.server_log is not None and Path(out.server_log).is_file():
         rec.artifact_files[schema.server_log(Path(out.server_log).name)] = str(out.server_log)
     if rep is not None:
@@ -376,7 +390,7 @@ def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | No
 
 def study_record(study: Study, experiment: str, node: dict[str, Any]) -> RunRecord:
     rec = RunRecord(experiment=experiment, run_name=f"study:{study.name}", status="RUNNING")
-    rec.secrets = secret_values(dict(study.engine.env))
+    rec.secrets = secret_values(dict(study.engine.env), study_secrets(study))
     if study.quick:
         rec.tag(Tag.QUICK, "true")
     for k, v in provenance_tags().items():

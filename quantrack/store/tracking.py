@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,61 @@ def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
     _quiet_mlflow_logs()  # after the import: importing mlflow configures its loggers at INFO
-    return MlflowClient(tracking_uri=uri)
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri)
+    # MlflowClient() creates (and migrates) a SQLite store on first use: two processes doing it at once on a
+    # fresh file race ("table experiments already exists"), so it is done under a file lock, and retried
+    return _store_created(Path(uri[len("sqlite:///"):]), lambda: MlflowClient(tracking_uri=uri))
+
+
+STORE_LOCK_WAIT_S = 300.0  # a migration of a large store takes seconds; a lock held longer is a stuck process
+_RACE_TEXTS = ("already exists", "database is locked", "duplicate column", "unique constraint failed: alembic")
+
+
+def _store_created(db: Path, make: Callable[[], Any]) -> Any:
+    """``make()`` (which creates or migrates the SQLite store ``db``) under an exclusive lock on
+    ``.<name>.lock`` beside it; a create/migrate race that still happens (a process not using the lock, an
+    older quantrack) is retried a few times. A folder where no lock file can be made (read-only) runs it
+    without the lock."""
+    with _file_lock(db.parent / f".{db.name}.lock"):
+        for attempt in range(6):
+            try:
+                return make()
+            except Exception as exc:
+                if attempt == 5 or not any(t in str(exc).lower() for t in _RACE_TEXTS):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, wait_s: float = STORE_LOCK_WAIT_S) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the retry above is all there is
+        yield
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TrackingError(f"the tracking store {path.parent} is locked by another process "
+                                        f"({path} held for over {wait_s:.0f} s)") from None
+                time.sleep(0.05)
+            except OSError:  # a file system without locks
+                break
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def experiment_id(client: Any, name: str, uri: str, create: bool = True) -> str | None:
@@ -352,8 +406,15 @@ def _load_spooled(d: Path) -> tuple[RunRecord, dict[str, Any]]:
         start_ms=data["start_ms"], end_ms=data["end_ms"], uuid=data["uuid"], parent_uuid=data["parent_uuid"],
     )
     art = d / "artifacts"
+    if art.is_symlink():
+        raise TrackingError(f"spool entry {d}: artifacts is a symbolic link (to {os.readlink(art)}); not uploaded "
+                            "(quantrack never writes links into the spool): inspect and delete the entry")
     if art.is_dir():
         for p in sorted(art.rglob("*")):
+            if p.is_symlink():  # never upload what a link points at
+                raise TrackingError(f"spool entry {d}: {p.relative_to(d)} is a symbolic link (to {os.readlink(p)}); "
+                                    "not uploaded (quantrack never writes links into the spool): inspect and "
+                                    "delete the entry")
             if p.is_file():
                 rec.artifact_files[p.relative_to(art).as_posix()] = str(p)
     return rec, data
@@ -424,7 +485,7 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
     for d in pending_spool():
         try:
             rec, data = _load_spooled(d)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, TrackingError) as exc:
             result.failed.append((d.name, f"unreadable spool entry: {exc}"))
             continue
         entries.append((d, rec, uri or data.get("target_uri") or resolve_uri(None)))
@@ -598,6 +659,22 @@ def log_arm(record: RunRecord, uri: str | None = None, experiment: str | None = 
 
 # --- reading runs back -------------------------------------------------------------------------------------
 
+def _existing_store(target: str) -> None:
+    """A ``sqlite:///`` store to read must exist and be a file: one line otherwise, nothing created."""
+    if not target.startswith("sqlite:///"):
+        return
+    from quantrack.store.direct import sqlite_path
+
+    db = sqlite_path(target)
+    if db is None:
+        return
+    if not db.exists():
+        raise NotFound(f"no tracking store at {db}: nothing was logged there (`quantrack run` or `quantrack log` "
+                       "creates it); check --tracking-uri / $MLFLOW_TRACKING_URI")
+    if not db.is_file():
+        raise BadInput(f"tracking store {db} is not a file")
+
+
 def load_runs(experiment: str, uri: str | None = None, *, role: str | None = Role.ARM,
               include_running: bool = True, reader: str | None = None) -> list[RunRow]:
     """All runs of an experiment (one search), newest first, as plain ``RunRow`` objects.
@@ -608,7 +685,8 @@ def load_runs(experiment: str, uri: str | None = None, *, role: str | None = Rol
     """
     from quantrack.store.direct import read_runs, reader_choice
 
-    target = resolve_uri(uri)
+    target = resolve_uri(uri, create=False)
+    _existing_store(target)  # reading never creates a store (mlflow would create the file and its folders)
     how = (reader or reader_choice()).lower()
     if how not in ("auto", "mlflow"):
         raise BadInput(f"unknown store reader {how!r}; readers: auto, mlflow")
@@ -672,7 +750,9 @@ def read_artifact_text(run_id: str, path: str, uri: str | None = None) -> str | 
     import mlflow.artifacts
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    target = resolve_uri(uri)
+    target = resolve_uri(uri, create=False)
+    if target.startswith("sqlite:///") and not Path(target[len("sqlite:///"):]).is_file():
+        return None  # reading never creates a store
     try:
         with tempfile.TemporaryDirectory(prefix="quantrack-dl-") as tmp:
             local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp,

@@ -22,10 +22,11 @@ DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 URI_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks", "databricks-uc", "uc")
 
 
-def resolve_uri(uri: str | None = None) -> str:
+def resolve_uri(uri: str | None = None, *, create: bool = True) -> str:
     """--tracking-uri, else $MLFLOW_TRACKING_URI, else the local SQLite store under ./mlruns.
 
-    An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed)."""
+    An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed).
+    ``create=False`` (the read-only commands): a ``sqlite:///`` store's folder is not created."""
     chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     register_secret(*url_passwords(chosen))
     shown = redact_text(chosen)
@@ -48,7 +49,7 @@ def resolve_uri(uri: str | None = None) -> str:
             host = ""
         if not host:
             raise BadInput(f"--tracking-uri {shown!r} has no host: use http://host:port")
-    if chosen.startswith("sqlite:///"):
+    if chosen.startswith("sqlite:///") and create:
         db = Path(chosen[len("sqlite:///"):])
         try:
             db.parent.mkdir(parents=True, exist_ok=True)

@@ -474,3 +474,72 @@ weights = "q4_1"
     assert code == 0, err
     runs = _runs(full_disk / "mlflow.db")
     assert [r["status"] for r in runs] == ["FINISHED"] and any("tpot" in k for k in runs[0]["metrics"]), runs
+
+
+def test_full_disk_page_records_meta_and_plot_leave_no_partial_file(full_disk: Path, tmp_path: Path) -> None:
+    """Issue #30: a full disk left a 0-byte report.html, records .meta.json and run's decision page. Each writer
+    now writes a temporary file and renames it: on the full tmpfs each one raises one line naming the path and
+    leaves nothing behind (the folder holds only the filler)."""
+    from quantrack.accuracy.records import write_meta
+    from quantrack.constraints import Constraints, parse_slo
+    from quantrack.report.decision import decision_report
+    from quantrack.report.page import write_report
+    from quantrack.report.plots import plot_speedup
+    from quantrack.store.files import DiskError
+    from tests.report_fixtures import EXPERIMENT, SLO, build_store
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    (tmp_path / "store").mkdir()
+    build_store(uri)
+    rep = decision_report(EXPERIMENT, Constraints(slos=(parse_slo(SLO),)), uri=uri)
+    page = full_disk / "report.html"
+    with pytest.raises(DiskError) as exc:
+        write_report(rep, page)
+    assert str(exc.value) == f"no space left on device writing --out {page}"
+    with pytest.raises(DiskError) as exc:  # quantrack run's decision page: no flag, the path
+        write_report(rep, full_disk / "run-report.html", flag=None)
+    assert str(exc.value) == f"no space left on device writing {full_disk / 'run-report.html'}"
+    with pytest.raises(DiskError) as exc:
+        write_report(rep, full_disk / "page.md", "md")
+    assert str(full_disk) in str(exc.value) and "no space left on device" in str(exc.value)
+    records = full_disk / "q8-gsm8k.jsonl"
+    with pytest.raises(DiskError) as exc:
+        write_meta(records, {"task": "gsm8k"})
+    assert str(exc.value) == f"no space left on device writing --output {records}.meta.json"
+    rows = [{"concurrency": c, "output_tok_per_s": 10.0 * c, "tpot_ms_p50": 20.0} for c in (1, 2)]
+    png = full_disk / "speedup.png"
+    with pytest.raises(DiskError) as exc:
+        plot_speedup(rows, rows, png)
+    assert str(exc.value) == f"no space left on device writing {png}"
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # no 0-byte file, no temporary file
+
+
+def test_read_only_store_reads_and_refuses_writes_in_one_line(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #30: a read-only store printed dozens of lines. On a tmpfs remounted read-only (root; a file mode would
+    not stop root): compare, report and audit read it; `report --log-to-run` is refused in one line."""
+    from tests.report_fixtures import EXPERIMENT
+
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a read-only mount needs root and mount(8)")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True,
+                         text=True, timeout=30, check=False)
+    if res.returncode != 0:
+        pytest.skip(f"mount -t tmpfs failed here: {res.stderr.strip()}")
+    try:
+        uri = f"sqlite:///{mnt}/mlflow.db"
+        subprocess.run([sys.executable, "-c", f"from tests.report_fixtures import build_store; build_store({uri!r})"],
+                       check=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, timeout=30)
+        for argv, want in ((["compare", "--experiment", EXPERIMENT], 0),
+                           (["report", "--experiment", EXPERIMENT, "--out", str(tmp_path / "r.html")], 0),
+                           (["audit", "--experiment", EXPERIMENT], 4)):
+            code, _out, err, _ = _call([*argv, "--tracking-uri", uri], capsys)
+            assert code == want and err.strip() == "", (argv, code, err)
+        code, _out, err, _ = _call(["report", "--experiment", EXPERIMENT, "--out", str(tmp_path / "r2.html"),
+                                    "--log-to-run", "--tracking-uri", uri], capsys)
+        assert code == 1 and err.count("\n") == 1 and "Read-only file system" in err, err
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30, check=False)

@@ -238,3 +238,56 @@ def test_sigint_in_kl_keeps_the_candidate_and_stops_both_servers(gguf_arms: dict
     assert runs["q8_0"].status == "FINISHED"  # type: ignore[attr-defined]
     r = _interrupted_arm(runs, "q4_0", "kl")
     assert "tpot_ms_p50" in r.metrics and "kl_mean" not in r.metrics  # type: ignore[attr-defined]
+
+
+def _sync(run: Run, tmp: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "QUANTRACK_SPOOL_DIR": str(tmp / "spool")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "quantrack", "sync", "--tracking-uri", run.uri],
+                          capture_output=True, text=True, cwd=tmp, env=env, timeout=DEADLINE_S, check=False)
+
+
+LOOPS = int(os.environ.get("QUANTRACK_DOUBLE_INTERRUPT_LOOPS", "6"))
+
+
+def test_double_sigint_within_a_second_loses_nothing_in_a_loop(gguf_arms: dict[str, Path],
+                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Issue #30: a second Ctrl-C within a second lost the arm 3 times in 9. Each iteration is a real `quantrack
+    run` on a real llama.cpp engine, sent SIGINT in latency and a second one 0-0.9 s later: it exits 130, no
+    engine outlives it, and after `quantrack sync` (only when something was spooled) the arm is in the store
+    KILLED in the latency step and the parent is KILLED. The forced path's last line names the spool paths."""
+    gaps = [0.0, 0.05, 0.2, 0.4, 0.7, 0.9]
+    outcomes = []
+    for i in range(LOOPS):
+        tmp = tmp_path_factory.mktemp(f"double{i}")
+        run = Run(_study(tmp, gguf_arms, latency_iters=400), tmp)
+        run.wait_for(r"\[q8_0\] latency: batch 1")
+        time.sleep(1.0)
+        run.proc.send_signal(signal.SIGINT)
+        time.sleep(gaps[i % len(gaps)])
+        run.proc.send_signal(signal.SIGINT)
+        rc = run.finish()
+        assert rc == 130, (i, "\n".join(run.lines[-20:]))
+        for pgid in run.pids():  # SIGKILL is delivered asynchronously: gone within seconds, not at once
+            deadline = time.monotonic() + 15.0
+            while not _gone(pgid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _gone(pgid), f"engine process group {pgid} outlived `quantrack run`"
+        forced = [ln for ln in run.lines if "SIGINT again: forced exit" in ln]
+        if forced:  # said only after it was done, and what it says is on disk
+            assert "could NOT" not in forced[-1], forced[-1]
+            assert run.lines[-1] == forced[-1], run.lines[-5:]
+            for p in re.findall(r"spooled (?:KILLED )?to (\S+?)(?:;|$)", forced[-1]):
+                assert Path(p).exists(), p
+            sync = _sync(run, tmp)
+            assert sync.returncode == 0, sync.stderr[-2000:]
+        else:
+            assert not (tmp / "spool" / "pending").exists() or not list((tmp / "spool" / "pending").iterdir())
+        outcomes.append("forced" if forced else "clean")
+        parent = load_runs("interrupts", run.uri, role="study")
+        assert [p.status for p in parent] == ["KILLED"], (i, forced)
+        arms = {r.arm: r for r in load_runs("interrupts", run.uri)}
+        assert arms["q8_0"].status == "KILLED", (i, forced)  # type: ignore[attr-defined]
+        assert arms["q8_0"].tags["quantrack.failed_step"] == "latency"  # type: ignore[attr-defined]
+        assert "step_serve_s" in arms["q8_0"].metrics  # type: ignore[attr-defined]
+    assert "forced" in outcomes, outcomes  # the forced path was exercised, not only the clean one

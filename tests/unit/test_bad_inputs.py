@@ -98,6 +98,31 @@ STUDY_EDITS: list[tuple[str, tuple[str, str], str]] = [
     ("engine-kind-bogus", ('kind = "llamacpp"', 'kind = "llamacp"'), "llamacp"),
     ("latency-output-1", ("output_tokens = 32", "output_tokens = 1"), "latency"),
     ("gpu-util-2", ('name = "x86-cpu"', 'name = "x86-cpu"\nutil = 2.0'), "util"),
+    # issue #30: names become paths (work folder, server logs, records, plots, exported files)
+    ("name-dotdot", ('name = "cpu-smollm2"', 'name = "../x"'), "'/'"),
+    ("name-absolute", ('name = "cpu-smollm2"', 'name = "/some/dir"'), "/some/dir"),
+    ("name-dot", ('name = "cpu-smollm2"', 'name = ".."'), "'..'"),
+    ("name-5000", ('name = "cpu-smollm2"', 'name = "' + "x" * 5000 + '"'), "5000 characters"),
+    ("experiment-5000", ('[model]', '[tracking]\nexperiment = "' + "e" * 5000 + '"\n\n[model]'), "5000 characters"),
+    ("arm-escape", ('name = "Q8_0"\n', 'name = "../escape"\n'), "../escape"),
+    ("arm-slash", ('name = "Q8_0"\n', 'name = "f/16"\n'), "f/16"),
+    ("arm-nul", ('name = "Q8_0"\n', 'name = "a\\u0000b"\n'), "NUL"),
+    ("arm-backslash", ('name = "Q8_0"\n', 'name = "a\\\\b"\n'), "name"),
+    # issue #30: numbers a machine cannot hold, strings for numbers, non-ASCII digits
+    ("iterations-2^64", ("iterations = 5", "iterations = 18446744073709551616"), "iterations"),
+    ("warmup-2^64", ("warmup = 2", "warmup = 18446744073709551616"), "warmup"),
+    ("requests-2^64", ("requests_per_level = 8", "requests_per_level = 18446744073709551616"), "requests_per_level"),
+    ("sweep-concurrency-2^64", ("concurrency = [1, 2, 4]", "concurrency = [1, 18446744073709551616]"), "concurrency"),
+    ("eval-concurrency-2^64", ("concurrency = 4\n", "concurrency = 18446744073709551616\n"), "concurrency"),
+    ("max-tokens-2^64", ("max_tokens = 128", "max_tokens = 18446744073709551616"), "max_tokens"),
+    ("parallel-2^64", ("parallel = 4", "parallel = 18446744073709551616"), "parallel"),
+    ("num-questions-2^64", ("num_questions = 10 ", "num_questions = 18446744073709551616 "), "num_questions"),
+    ("context-2^64", ("context_len = 4096", "context_len = 18446744073709551616"), "context_len"),
+    ("max-kl-string", ("max_kl = 0.01", 'max_kl = "0.01"'), "not a string"),
+    ("slo-arabic-digit", ('"tpot_p90<=60ms@4"', '"tpot_p90<=60ms@\u0664"'), "slo"),
+    ("slo-long-digits", ('"tpot_p90<=60ms@4"', '"tpot_p90<=' + "1" * 100000 + 'ms@4"'), "at most 200"),
+    ("budget-long-digits", ('max_accuracy_drop = "1pp"', 'max_accuracy_drop = "' + "1" * 100000 + 'pp"'),
+     "at most 200"),
 ]
 # (id, argv, words). Placeholders: {bin} a binary file, {missing} a path that does not exist, {nodir} a
 # path in a folder that does not exist, {file} an existing text file, {study} the CPU study, {garbage} a
@@ -216,6 +241,25 @@ CASES: list[tuple[str, list[str], str]] = [
     ("probe-unknown-model", ["probe", "--model", "Llama-3-9B"], "Llama-3-9B"),
     ("export-binary-study", ["export", "skypilot", "{bin}", "--out", "sky"], "TOML"),
     ("export-out-is-file", ["export", "skypilot", "{study}", "--out", "{file}"], "--out"),
+    # issue #30: refused up front, not after a request, a hang or a store created
+    ("latency-input-tokens-1e9", ["latency", "--engine", "llamacpp", "--base-url", "{closed}", "--input-tokens",
+                                  "1000000000"], "--input-tokens"),
+    ("eval-temperature-nan", ["eval", "--base-url", "{closed}", "--temperature", "nan"], "--temperature"),
+    ("eval-temperature-neg", ["eval", "--base-url", "{closed}", "--temperature", "-1"], "--temperature"),
+    ("reconcile-llamacpp-tp", ["logs", "reconcile", str(REPO / "tests/data/real/llamacpp-cpu/xllamacpp-F16-kvf16.log"), "--model", "SmolLM2-135M",
+                               "--tp", "2"], "--tp"),
+    ("reconcile-llamacpp-vram-util", ["logs", "reconcile", str(REPO / "tests/data/real/llamacpp-cpu/xllamacpp-F16-kvf16.log"), "--model",
+                                      "SmolLM2-135M", "--vram", "24GiB", "--util", "0.5"], "--vram, --util"),
+    ("compare-new-sqlite", ["compare", "--experiment", "x", "--tracking-uri", "sqlite:///{work}/new/dir/mlflow.db"],
+     "no tracking store"),
+    ("report-new-sqlite", ["report", "--experiment", "x", "--tracking-uri", "sqlite:///{work}/new/dir/m.db",
+                           "--out", "{work}/r.html"], "no tracking store"),
+    ("audit-new-sqlite", ["audit", "--experiment", "x", "--tracking-uri", "sqlite:///{work}/new/mlflow.db"],
+     "no tracking store"),
+    ("report-timeout-nan", ["report", "--experiment", "x", "--timeout", "nan"], "--timeout"),
+    ("audit-timeout-neg", ["audit", "--experiment", "x", "--timeout", "-1"], "--timeout"),
+    ("plan-hub-endpoint-not-url", ["plan", "--model", "org/name", "--gpu", "H100", "--hub-timeout", "nan"],
+     "--hub-timeout"),
 ]
 def _snapshot(*roots: Path) -> set[str]:
     out: set[str] = set()

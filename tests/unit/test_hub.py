@@ -351,3 +351,95 @@ def test_awq_checkpoint_bytes_match_the_engine_log(hub: hf.HubServer, hub_env: h
 
 def hf_logs() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "public-logs"
+
+
+# --- issue #30 / #31: a Hub that is not there, hangs, is misspelt, or a cache that is corrupt ------------------
+
+
+def _one_line_exit_2(code: int, out: str, err: str, *words: str) -> None:
+    assert code == 2 and out == "", (code, err)
+    assert err.count("\n") == 1 and err.startswith("quantrack: error: ") and "a bug" not in err, err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_unreachable_hub_is_one_line_exit_2_quickly(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    t0 = time.monotonic()
+    code, out, err = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "--hub-timeout", "20"], capsys)
+    _one_line_exit_2(code, out, err, f"cannot reach {url}", "not in the Hugging Face cache")
+    assert "Retry" not in err
+    assert time.monotonic() - t0 < 20 + 5  # within --hub-timeout (plus the probe), not huggingface_hub's retries
+
+
+def test_hung_hub_ends_at_the_timeout(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A Hub that accepts the connection and never answers (issue #30: 396 s and 11 retry lines)."""
+    import socket
+    import time
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)  # the kernel accepts connections into the backlog; nobody ever reads or answers
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hung.getsockname()[1]}")
+        t0 = time.monotonic()
+        code, out, err = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "--hub-timeout", "2"],
+                             capsys)
+        took = time.monotonic() - t0
+    finally:
+        hung.close()
+    _one_line_exit_2(code, out, err, "no answer within 2 s", "--hub-timeout")
+    assert took < 2 + 5, took
+
+
+@pytest.mark.parametrize("endpoint", ["not a url", "ftp://example.org", "http://", "http://host:99999"])
+def test_hf_endpoint_that_is_not_a_url_is_one_line(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str], endpoint: str) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    code, out, err = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100"], capsys)
+    _one_line_exit_2(code, out, err, "HF_ENDPOINT", "is not a URL")
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-1"])
+def test_hub_timeout_must_be_positive(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    code, out, err = run(["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "--hub-timeout", value], capsys)
+    _one_line_exit_2(code, out, err, "--hub-timeout")
+
+
+def test_corrupt_cache_is_one_line(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.models.hub import resolve_model
+
+    resolve_model("quantrack-test/tiny-llama")  # cached: config.json in the HF cache, headers in ours
+    for cfg in (tmp_path / "hf").rglob("config.json"):
+        target = cfg.resolve()
+        target.write_bytes(b"{ not json \xff")
+    for hdr in (tmp_path / "qt").rglob("*.json"):
+        hdr.write_bytes(b"\x00garbage")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = run(["plan", "--model", "quantrack-test/tiny-llama", "--gpu", "H100"], capsys)
+    _one_line_exit_2(code, out, err, "quantrack-test/tiny-llama")
+
+
+@pytest.mark.parametrize("garbage", [b"\x00\xffgarbage", b'{"version": 1, "tensors": {"a": 5}}', b"[1, 2]"])
+def test_corrupt_header_cache_is_a_miss(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str], garbage: bytes) -> None:
+    from quantrack.models.hub import resolve_model
+
+    resolve_model("quantrack-test/tiny-llama")
+    for hdr in (tmp_path / "qt").rglob("*.json"):
+        hdr.write_bytes(garbage)
+    assert resolve_model("quantrack-test/tiny-llama").checkpoint  # read again from the Hub
+    for hdr in (tmp_path / "qt").rglob("*.json"):
+        hdr.write_bytes(garbage)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = run(["plan", "--model", "quantrack-test/tiny-llama", "--gpu", "H100"], capsys)
+    _one_line_exit_2(code, out, err, "HF_HUB_OFFLINE is set and its safetensors headers are not in the quantrack cache")

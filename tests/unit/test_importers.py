@@ -95,3 +95,71 @@ def test_load_run_reads_real_records() -> None:
     res, recs = load_run(DATA / "smol-q41-max64.jsonl")
     assert recs is not None and len(recs) == 8 and res.style == "vllm"
     assert res.n == 8 and res.correct == sum(1 for r in recs.values() if r.correct)
+
+
+# --- issue #30: every imported field validated; nonsense is one line, exit 2 --------------------------------
+
+
+def _import_cli(path: Path, *args: str) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from quantrack.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(["eval", "import", str(path), *args])
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, err.getvalue()
+
+
+def _edited(tmp_path: Path, src: Path, edit: dict[str, object], name: str = "f.json") -> Path:
+    data = json.loads(src.read_text())
+    data.update(edit)
+    out = tmp_path / name
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize(("src", "edit", "args", "words"), [
+    ("sglang-run-eval-gsm8k.json", {"score": 2}, (), "score 2.0 is not a fraction in [0, 1]"),
+    ("sglang-run-eval-gsm8k.json", {"score": -0.1}, (), "not a fraction"),
+    ("sglang-run-eval-gsm8k.json", {"score": [0.5]}, (), "'score' missing or not a number"),
+    ("sglang-run-eval-gsm8k.json", {"score": "0.5"}, (), "not a number"),
+    ("sglang-run-eval-gsm8k.json", {}, ("--num-questions", "100000000000"), "--num-questions"),
+    ("vllm-save-results.json", {"num_questions": 1e300}, (), "'num_questions' is 1"),
+    ("vllm-save-results.json", {"num_questions": [1319]}, (), "not a whole number"),
+    ("vllm-save-results.json", {"num_questions": 13.5}, (), "not a whole number"),
+    ("vllm-save-results.json", {"accuracy": [0.5]}, (), "'accuracy' missing or not a number"),
+    ("vllm-save-results.json", {"accuracy": 7}, (), "not a fraction"),
+])
+def test_nonsense_in_an_imported_file_is_one_line(tmp_path: Path, src: str, edit: dict[str, object],
+                                                  args: tuple[str, ...], words: str) -> None:
+    path = _edited(tmp_path, DATA / src, edit)
+    code, err = _import_cli(path, *args)
+    assert code == 2 and err.count("\n") == 1 and "a bug" not in err, err
+    assert words in err, err
+
+
+def test_inf_counts_and_bad_sample_lines_are_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "vllm.json"
+    bad.write_text(DATA.joinpath("vllm-save-results.json").read_text().replace(
+        '"num_questions": ', '"num_questions": Infinity, "x": '))
+    code, err = _import_cli(bad)
+    assert code == 2 and "not a whole number" in err, err
+    samples = next((DATA / "lm-eval").glob("samples_*.jsonl")).read_text().splitlines()
+    for i, (key, value, words) in enumerate((("doc_id", "seven", "doc_id 'seven'"), ("doc_id", [1], "doc_id"),
+                                              ("doc_id", -1, "doc_id"), ("exact_match", "yes", "exact_match 'yes'"),
+                                              ("exact_match", 0.5, "exact_match '0.5'"),
+                                              ("exact_match", [1], "exact_match"))):
+        d = tmp_path / f"case{i}"
+        d.mkdir()
+        row = json.loads(samples[0])
+        row[key] = value
+        f = d / "samples_gsm8k_2026-11-30T10-15-42.123456.jsonl"
+        f.write_text("\n".join([json.dumps(row), *samples[1:]]) + "\n")
+        code, err = _import_cli(f, "--format", "lm-eval")
+        assert code == 2 and err.count("\n") == 1 and "a bug" not in err and words in err, (key, value, err)

@@ -34,6 +34,7 @@ SCRIPT = textwrap.dedent("""
     out = Path(sys.argv[1])
     def force(signum):
         out.write_text(f"forced {signum}")
+        return [f"wrote {out.name}"]
     with signals_raise(force):
         try:
             print("ready", flush=True)
@@ -47,7 +48,8 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_second_signal_forces_the_exit_after_calling_force(tmp_path: Path, sig: int, code: int) -> None:
     marker = tmp_path / "forced"
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(marker)], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(marker)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
                             cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
@@ -57,6 +59,7 @@ def test_second_signal_forces_the_exit_after_calling_force(tmp_path: Path, sig: 
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == code  # 128 + the first signal
     assert marker.read_text() == "forced 2"
+    assert proc.stderr is not None and proc.stderr.read() == "quantrack: wrote forced\n"  # said after it was done
 
 
 def test_forced_exit_spools_the_arm_killed_and_the_parent_status(tmp_path: Path,
@@ -85,7 +88,7 @@ def test_forced_exit_spools_the_arm_killed_and_the_parent_status(tmp_path: Path,
         return rec
 
     held.arm, held.record = out, record
-    held.force(signal.SIGINT)
+    said = held.force(signal.SIGINT)
     entries = list((spool / "pending").iterdir())
     assert len(entries) == 1
     data = json.loads((entries[0] / "record.json").read_text())
@@ -93,4 +96,49 @@ def test_forced_exit_spools_the_arm_killed_and_the_parent_status(tmp_path: Path,
     assert [m["key"] for m in data["metrics"]] == ["step_serve_s"]
     op = json.loads(next((spool / "ops").iterdir()).read_text())
     assert (op["op"], op["uuid"], op["status"]) == ("terminate", "p" * 32, "KILLED")
-    assert "SIGINT again" in said[0]
+    assert said == [(f"SIGINT again: forced exit: arm 'q8' spooled KILLED to {entries[0]}; the study's parent run: "
+                     f"KILLED status spooled to {next((spool / 'ops').iterdir())}; no engine was running; "
+                     "`quantrack sync` uploads what was spooled")]
+
+
+LOOP_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from quantrack.interrupts import signals_raise
+    from quantrack.store.files import atomic_write_text
+    out = Path(sys.argv[1])
+    def force(signum):
+        atomic_write_text(out, "x" * 200_000 + f"forced {signum}")  # the spool write, whole or absent
+        return [f"wrote {out.name}"]
+    with signals_raise(force):
+        try:
+            print("ready", flush=True)
+            time.sleep(60)
+        except KeyboardInterrupt as exc:
+            print("first", flush=True)
+            while True:  # a cleanup that writes progress lines: the forced exit must not re-enter the stream
+                sys.stderr.write("quantrack: cleaning up " + "." * 500 + "\\n")
+                sys.stderr.flush()
+""")
+
+
+def test_double_and_triple_signals_in_a_loop_always_force_the_write_first(tmp_path: Path) -> None:
+    """Issue #30: a second Ctrl-C within a second lost the arm 3 times in 9. Here 12 real processes, each sent a second
+    (and for half a third) signal at a different moment of a cleanup that is busy writing to stderr: every one exits 130 with the forced write complete, and says so only after it."""
+    for i in range(12):
+        marker = tmp_path / f"forced-{i}"
+        proc = subprocess.Popen([sys.executable, "-c", LOOP_SCRIPT, str(marker)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        assert proc.stdout.readline().strip() == "first"
+        time.sleep(0.01 * i)
+        proc.send_signal(signal.SIGINT)
+        if i % 2:
+            proc.send_signal(signal.SIGTERM)  # a third one at once: ignored, never re-enters the forced exit
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, (i, err[-500:])
+        assert marker.read_text().endswith("forced 2"), i
+        assert err.rstrip("\n").splitlines()[-1] == f"quantrack: wrote forced-{i}", (i, err[-300:])
+        assert not list(tmp_path.glob(".forced-*")), "a temporary file was left"

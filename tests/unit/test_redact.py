@@ -106,3 +106,147 @@ def test_record_redacts_params_tags_and_artifacts(tmp_path: Path) -> None:
             body = p.read_text(encoding="utf-8")
             assert KEY not in body and HF not in body, p
     assert (out / "server" / "server.log").read_text().startswith("starting with --api-key " + REDACTED)
+
+
+# --- issue #30: every spelling, searched everywhere ----------------------------------------------------------
+
+SPELLED = {
+    "hft": "hft-planted-" + "1" * 10,  # llama.cpp -hft VALUE
+    "api_eq": "apikey-planted-" + "2" * 10,  # --api-key=VALUE
+    "db_pass": "dbpass-planted-" + "3" * 10,  # [engine] env DB_PASS (a name that does not look secret to a regex)
+    "pat": "pat-planted-" + "4" * 10,  # [engine] env GITHUB_PAT
+    "hf_token": "hftoken-planted-" + "5" * 10,  # [[arms]] args --hf-token VALUE
+    "cred": "cred-planted-" + "6" * 10,  # [[arms]] env MY_CRED
+    "vllm_key": "vllmkey-planted-" + "7" * 10,  # vLLM --api-key VALUE
+    "vllm_hf_eq": "vllmhf-planted-" + "8" * 10,  # vLLM --hf-token=VALUE
+    "uri_at": "p@ss-planted-" + "9" * 10,  # a URI password holding '@'
+}
+SPELLING_STUDY = """
+name = "spelled"
+[model]
+name = "SmolLM2-135M"
+gguf = "{gguf}"
+[engine]
+kind = "llamacpp"
+args = ["-hft", "{hft}", "--api-key={api_eq}"]
+env = {{ DB_PASS = "{db_pass}", GITHUB_PAT = "{pat}", OMP_NUM_THREADS = "2" }}
+[gpu]
+name = "x86-cpu"
+[[arms]]
+name = "q8"
+weights = "q8_0"
+baseline = true
+args = ["--hf-token", "{hf_token}"]
+env = {{ MY_CRED = "{cred}" }}
+"""
+VLLM_STUDY = """
+name = "spelled-vllm"
+[model]
+name = "Llama-3-8B"
+path = "meta-llama/Meta-Llama-3-8B"
+[engine]
+kind = "vllm"
+version = "0.11.0"
+args = ["--api-key", "{vllm_key}", "--hf-token={vllm_hf_eq}"]
+[gpu]
+name = "H100"
+[[arms]]
+name = "bf16"
+weights = "bf16"
+baseline = true
+"""
+
+
+def _found(text: str) -> list[str]:
+    return [k for k, v in SPELLED.items() if v in text or v.split("@")[-1] in text]
+
+
+def test_every_spelling_of_a_secret_is_found_nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Console (preflight's launch lines and env, run's warnings), the store (params, tags, launch/command.txt,
+    launch/env.json, study/study.toml), the spool, the SkyPilot export and the notebook API's exceptions: none
+    holds any planted value, whichever spelling carried it; and no help page prints [REDACTED]."""
+    import socket
+
+    from quantrack import api
+    from quantrack.cli import COMMANDS, main
+    from quantrack.redact import forget_secrets
+    from quantrack.run.outcome import ArmOutcome
+    from quantrack.run.record import record_for_arm, study_record
+    from quantrack.store.tracking import Tracker, read_artifact_text, spool_record
+    from quantrack.study import load_study
+
+    forget_secrets()
+    monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(tmp_path / "spool"))
+    with socket.socket() as s0:  # the Hub id below is never fetched: its Hub is a closed local port
+        s0.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{s0.getsockname()[1]}")
+    # (not HF_HUB_OFFLINE: huggingface_hub reads it once, at import, for the rest of the process)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    f = tmp_path / "spelled.toml"
+    f.write_text(SPELLING_STUDY.format(gguf=gguf, **SPELLED), encoding="utf-8")
+    fv = tmp_path / "spelled-vllm.toml"
+    fv.write_text(VLLM_STUDY.format(**SPELLED), encoding="utf-8")
+
+    def cli(*argv: str) -> str:
+        try:
+            main(list(argv))
+        except SystemExit:
+            pass
+        cap = capsys.readouterr()
+        return cap.out + cap.err
+
+    console = cli("preflight", "--study", str(f)) + cli("preflight", "--study", str(fv))
+    assert "launch:" in console and "DB_PASS=[REDACTED]" in console and "OMP_NUM_THREADS=2" in console
+    sky = tmp_path / "sky"
+    console += cli("export", "skypilot", str(fv), "--out", str(sky))
+    exported = "".join(p.read_text(errors="replace") for p in sky.rglob("*") if p.is_file())
+    assert exported, "the export wrote nothing"
+
+    # the store and the spool: the records `run` logs for this study, with the launch command and env it used
+    study = load_study(f)
+    arm = study.arms[0]
+    out = ArmOutcome(arm=arm, status="FINISHED")
+    out.launch_argv = ["llama-server", "-m", str(gguf), *study.engine.args, *arm.engine_args]
+    out.launch_env = {**dict(study.engine.env), **arm.env_dict}
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    tracker = Tracker(uri, "spelled")
+    parent = tracker.log(study_record(study, "spelled", {}))
+    rec = record_for_arm(study, out, experiment="spelled", parent_uuid=parent.uuid)
+    logged = tracker.log(rec)
+    stored = json.dumps([rec.redacted().params, rec.redacted().tags])
+    for path in ("launch/command.txt", "launch/env.json"):
+        text = read_artifact_text(logged.run_id or "", path, uri) or ""
+        assert text, path
+        stored += text
+    study_toml = read_artifact_text(parent.run_id or "", "study/study.toml", uri) or ""
+    assert "-hft" in study_toml and "DB_PASS" in study_toml  # the file is there, its values are not
+    stored += study_toml
+    env_json = json.loads(read_artifact_text(logged.run_id or "", "launch/env.json", uri) or "{}")
+    assert env_json["DB_PASS"] == env_json["GITHUB_PAT"] == env_json["MY_CRED"] == "[REDACTED]"
+    assert env_json["OMP_NUM_THREADS"] == "2"  # a known setting stays readable
+    store_files = "".join(p.read_text(errors="replace") for p in (tmp_path / "store").rglob("*")
+                          if p.is_file() and p.suffix != ".db")
+    spool_record(rec, uri, "test")
+    spool_record(study_record(study, "spelled", {}), uri, "test")
+    spooled = "".join(p.read_text(errors="replace") for p in (tmp_path / "spool").rglob("*") if p.is_file())
+    assert "record.json" in str(list((tmp_path / "spool").rglob("*")))
+
+    # a URI password holding '@', through the notebook API: the exception carries none of it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(Exception) as exc:
+        api.compare("spelled", tracking_uri=f"http://user:{SPELLED['uri_at']}@127.0.0.1:{port}")
+    api_text = str(exc.value) + repr(exc.value.args)
+    with pytest.raises(Exception) as exc2:
+        api.plan(f"org/model@{SPELLED['db_pass']}", gpu="H100")
+    api_text += str(exc2.value)
+
+    for where, text in (("console", console), ("store", stored + store_files), ("spool", spooled),
+                        ("export", exported), ("API exceptions", api_text)):
+        assert not _found(text), (where, _found(text))
+
+    helps = "".join(cli(name, "--help") for name in COMMANDS) + cli("--help")
+    assert "Usage:" in helps and "[REDACTED]" not in helps

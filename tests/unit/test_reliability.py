@@ -292,14 +292,29 @@ def test_skypilot_export_writes_no_secret(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("host", "argv", "expect"), [
     ("127.0.0.1", [], None), ("localhost", [], None), ("::1", [], None),
     ("0.0.0.0", [], "exposes an unauthenticated engine"),
-    ("0.0.0.0", ["--api-key", "k"], "protected by its --api-key only"),
+    ("0.0.0.0", ["--api-key", "k"], "protected only by its API key"),
     ("192.168.1.5", [], "exposes an unauthenticated engine"),
+    # issue #30: the host given through the engine's own arguments, in every spelling the engines accept
+    ("127.0.0.1", ["--host", "0.0.0.0"], "[engine] args --host 0.0.0.0 exposes"),
+    ("127.0.0.1", ["--host=0.0.0.0"], "[engine] args --host 0.0.0.0 exposes"),
+    ("127.0.0.1", ["--host", "::"], "[engine] args --host :: exposes"),
+    ("127.0.0.1", ["--host", "[::]"], "[engine] args --host [::] exposes"),
+    ("127.0.0.1", ["-m", "x.gguf", "--host", "10.0.0.7", "--port", "8080"], "--host 10.0.0.7 exposes"),
+    ("127.0.0.1", ["--host", "0.0.0.0", "--api-key=k"], "protected only by its API key"),
+    ("127.0.0.1", ["--host", "127.0.0.2"], None), ("127.0.0.1", ["--host=[::1]"], None),
 ])
 def test_exposure_warning(host: str, argv: list[str], expect: str | None) -> None:
     from quantrack.cli.serve import exposure_warning
 
     got = exposure_warning(host, argv)
-    assert (got is None) if expect is None else (got is not None and expect in got)
+    assert (got is None) if expect is None else (got is not None and expect in got), got
+
+
+def test_exposure_warning_reads_llama_cpp_host_variable() -> None:
+    from quantrack.cli.serve import exposure_warning
+
+    got = exposure_warning("127.0.0.1", [], env={"LLAMA_ARG_HOST": "0.0.0.0"})
+    assert got is not None and got.startswith("env LLAMA_ARG_HOST = 0.0.0.0 exposes")
 
 
 def test_spooled_record_is_json_and_holds_no_credentials() -> None:
@@ -342,3 +357,43 @@ def test_tracking_server_answering_garbage_spools_the_run() -> None:
         srv.server_close()
     assert logged.run_id is None and logged.spooled is not None
     assert [p.name for p in pending_spool()] == [logged.uuid]
+
+
+def test_eval_records_and_meta_never_written_through_a_link(tmp_path: Path) -> None:
+    """Issue #30: `eval --output LINK --overwrite` wrote through the link. The records writer and its .meta.json
+    refuse a link (even a dangling one) with one line naming it; the target is untouched."""
+    from quantrack.accuracy.records import RecordWriter, write_meta
+    from quantrack.errors import BadInput
+
+    target = tmp_path / "precious.jsonl"
+    target.write_text("keep\n")
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(target)
+    for resume in (False, True):
+        with pytest.raises(BadInput, match=r"--output .*out\.jsonl is a symbolic link"):
+            RecordWriter(link, resume=resume)
+    meta = tmp_path / "r.jsonl.meta.json"
+    meta.symlink_to(tmp_path / "nowhere.json")
+    with pytest.raises(BadInput, match="symbolic link"):
+        write_meta(tmp_path / "r.jsonl", {"task": "gsm8k"})
+    assert target.read_text() == "keep\n" and not (tmp_path / "nowhere.json").exists()
+
+
+def test_a_link_inside_a_spool_entry_is_never_uploaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #30: a symlink inside a spool entry uploaded its target's content. `sync` refuses the entry, naming
+    the link, and the store never sees the target."""
+    from quantrack.store.records import RunRecord
+    from quantrack.store.tracking import spool_record, sync_spool
+
+    monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(tmp_path / "spool"))
+    secret = tmp_path / "id_rsa"
+    secret.write_text("PRIVATE KEY\n")
+    rec = RunRecord(experiment="e", run_name="a")
+    rec.artifacts["notes/a.txt"] = "hello\n"
+    entry = spool_record(rec, f"sqlite:///{tmp_path}/store/mlflow.db", "test")
+    (entry / "artifacts" / "notes" / "b.txt").symlink_to(secret)
+    result = sync_spool(f"sqlite:///{tmp_path}/store/mlflow.db")
+    assert not result.uploaded and len(result.failed) == 1
+    assert "is a symbolic link" in result.failed[0][1] and "b.txt" in result.failed[0][1]
+    assert not (tmp_path / "store").exists() or "PRIVATE KEY" not in "".join(
+        p.read_text(errors="replace") for p in (tmp_path / "store").rglob("*") if p.is_file() and p.suffix != ".db")

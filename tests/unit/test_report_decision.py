@@ -241,10 +241,12 @@ def test_budgets() -> None:
     for bad in ("1%", "0.01", "0pp", "pp", 1):
         with pytest.raises(BadInput, match="percentage points|between 0 and 100"):
             parse_accuracy_drop(bad)
-    assert parse_max_kl("0.01") == 0.01
+    assert parse_max_kl("0.01", from_text=True) == 0.01 and parse_max_kl(0.01) == 0.01
+    with pytest.raises(BadInput, match="a number, not a string"):
+        parse_max_kl("0.01")  # a study file's max_kl = "0.01"
     for bad in ("-1", "x", True, 0):
         with pytest.raises(BadInput, match="positive number of nats"):
-            parse_max_kl(bad)
+            parse_max_kl(bad, from_text=True)
 
 
 STUDY = """
@@ -478,3 +480,43 @@ def test_cli_default_page_goes_beside_the_store_not_the_cwd(store: tuple[str, di
     code, _, err = _cli(["report", "--experiment", EXPERIMENT, "--tracking-uri", "http://127.0.0.1:9"], capsys)
     assert code == 2 and err == ("quantrack: error: --out FILE is required with tracking store http://… (no local "
                                  "folder to write the page beside)\n")
+
+
+def test_outputs_that_are_links_are_refused_never_written_through(report, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue #30: `report --out LINK` overwrote the link's target. A link (even a dangling one) is refused with
+    one line naming it, for the page and for its PNGs; the target is untouched."""
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    for name, fmt in (("r.html", "html"), ("r.md", "md")):
+        link = tmp_path / name
+        link.symlink_to(target)
+        with pytest.raises(BadInput, match=rf"--out {re.escape(str(link))} is a symbolic link"):
+            write_report(report, link, fmt)
+        assert target.read_text() == "keep me\n" and link.is_symlink()
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    first_png = write_report(report, probe / "p.md", "md")[1].name
+    (tmp_path / first_png).symlink_to(target)  # a link where the markdown page's first PNG goes
+    with pytest.raises(BadInput, match="symbolic link"):
+        write_report(report, tmp_path / "p.md", "md")
+    assert target.read_text() == "keep me\n"
+    dangling = tmp_path / "dangling.html"
+    dangling.symlink_to(tmp_path / "nowhere" / "x.html")
+    with pytest.raises(BadInput, match="symbolic link"):
+        write_report(report, dangling)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_markdown_escapes_names_and_log_lines(report, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue #30: names and engine log lines passed into the Markdown page as raw HTML and markup (the HTML page
+    escaped them). An arm named like an HTML tag and a log line with markup read as text."""
+    import copy
+
+    rep = copy.deepcopy(report)
+    arm = rep.sections[0].arms[0]
+    object.__setattr__(arm, "arm", "<img src=x onerror=alert(1)>")
+    arm.reasons.append("engine log: <b>FP8 Marlin</b> *fallback* [link](http://evil) `x`")
+    text = write_report(rep, tmp_path / "r.md", "md")[0].read_text()
+    assert "<img" not in text and "<b>" not in text and "[link](http://evil)" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "&lt;b&gt;FP8 Marlin&lt;/b&gt; \\*fallback\\* \\[link\\](http://evil) \\`x\\`" in text
