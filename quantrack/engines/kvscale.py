@@ -1,0 +1,184 @@
+"""Which k/v scales a running engine used, from its own startup lines (the after-launch half of
+``quantrack.kvscales``).
+
+Owns the KV-scale lines of vLLM and SGLang and the verdict drawn from them (``KVScaleObservation``): a
+``ScaleSource`` plus the lines that decided it. The lines, as printed (format strings read in the engine code; real
+examples in tests/data/logs/ and tests/data/kvscale/):
+
+vLLM 0.25.0 (vllm@dd10e03f9):
+- ``Using KV cache scaling factor 1.0 for fp8_e4m3. If this is unintended, ...`` (quantization/kv_cache.py:L147-L152)
+- ``Using uncalibrated q_scale 1.0 and/or prob_scale 1.0 with fp8 attention. ...`` (kv_cache.py:L186-L192)
+- ``Checkpoint does not provide a q scaling factor. Setting it to k_scale. ...`` (kv_cache.py:L133-L138)
+- ``The `--calculate-kv-scales` option is deprecated and will be removed in v0.19. ...`` (config/cache.py:L263-L273)
+- ``Using %s data type to store kv cache. ... Dynamic per-token-head scales will be computed at runtime.``
+  (config/cache.py:L278-L285)
+- ``fp8_e5m2 kv-cache is not supported with fp8 checkpoints.`` (layers/attention/attention.py:L210-L212)
+- ``Found %s in the checkpoint (e.g. %s), but not found the expected name in the model (e.g. %s). %s is not
+  loaded.`` (model_loader/weight_utils.py:L1438-L1444)
+SGLang 0.5.16 (python/sglang/srt/...):
+- ``Using FP8 KV cache but no scaling factors provided. Defaulting to scaling factors of 1.0. This may lead to
+  less accurate results!`` (model_executor/model_runner_components/load_model_utils.py:L103-L108)
+- ``Loaded KV cache scaling factors from %s`` (same file, L92-L96)
+- ``Parameter model.layers.0.self_attn.k_scale not found in params_dict`` (models/qwen2.py:L639)
+- ``KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: ...`` (the KV dtype actually allocated)
+
+vLLM prints nothing when it loads checkpoint scales, and nothing for FP8 KV on unquantized weights (no KV
+quantization method exists then: scales 1.0); the verdict says which of those the log's other facts point to, or
+``unknown`` with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantrack.kvscales import ScaleSource
+
+MAX_SCAN_BYTES = 8 * 2**20  # the scale lines are startup lines
+_KV_DTYPE_LINE = re.compile(r"Using (\S+) data type to store kv cache")
+_SGLANG_ALLOC = re.compile(r"KV Cache is allocated\. dtype: torch\.(\w+)")
+_VLLM_BANNER_KV = re.compile(r"kv_cache_dtype=([\w]+)")
+_VLLM_BANNER_Q = re.compile(r"\bquantization=([\w-]+)")
+_SGLANG_ARGS_KV = re.compile(r"kv_cache_dtype='([\w]+)'")
+_SGLANG_ARGS_Q = re.compile(r"\bquantization=(None|'[\w-]+')")
+
+# (marker, kind): the lines quantrack reads, in the order they decide
+MARKERS: tuple[tuple[str, str], ...] = (
+    ("fp8_e5m2 kv-cache is not supported with fp8 checkpoints", "refused"),
+    ("does not support loading scaling factors", "refused"),
+    ("Dynamic per-token-head scales will be computed at runtime", "dynamic"),
+    ("`--calculate-kv-scales` option is deprecated", "computed"),
+    ("Loaded KV cache scaling factors from", "loaded"),
+    ("Using KV cache scaling factor 1.0", "unscaled"),
+    ("no scaling factors provided. Defaulting to scaling factors of 1.0", "unscaled"),
+    ("Using uncalibrated q_scale", "q_uncalibrated"),
+    ("does not provide a q scaling factor", "q_missing"),
+    ("DEPRECATED. Found kv_scale in the checkpoint", "checkpoint_kv_scale"),
+)
+_DROPPED = re.compile(r"(?:Found [kvq]_scale in the checkpoint .*is not loaded|Parameter \S*[kv]_scale not found in "
+                      r"params_dict)")
+
+
+@dataclass
+class KVScaleObservation:
+    """What the log says about KV scales: a source (or unknown), why, and the lines."""
+
+    source: ScaleSource
+    reason: str
+    kv_dtype: str | None = None  # the quantized KV dtype the log shows, if any
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # {line_no, kind, line}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["source"] = self.source.value
+        return d
+
+    def evidence_text(self, source_name: str = "log") -> str | None:
+        if not self.evidence:
+            return None
+        e = self.evidence[0]
+        return f"{source_name}:{e['line_no']}: {e['line'].strip()[:300]}"
+
+
+def scan_lines(lines: Iterable[tuple[int, str]], engine: str | None) -> KVScaleObservation:
+    """Scan (line number, raw line) pairs of one engine log."""
+    from quantrack.engines.logparse import strip_prefix
+
+    found: dict[str, tuple[int, str]] = {}
+    dropped: tuple[int, str] | None = None
+    kv_dtype = banner_kv = quant = None
+    for no, raw in lines:
+        text = strip_prefix(raw)[0]
+        if "kv" not in text.lower() and "scal" not in text and "quantization" not in text:
+            continue
+        for marker, kind in MARKERS:
+            if marker in text and kind not in found:
+                found[kind] = (no, text)
+        if dropped is None and _DROPPED.search(text):
+            dropped = (no, text)
+        m = _KV_DTYPE_LINE.search(text) or _SGLANG_ALLOC.search(text)
+        if m and kv_dtype is None:
+            kv_dtype = m.group(1)
+        if banner_kv is None and ("Initializing a V1 LLM engine" in text or "server_args=ServerArgs(" in text):
+            mb = _VLLM_BANNER_KV.search(text) or _SGLANG_ARGS_KV.search(text)
+            banner_kv = mb.group(1) if mb else None
+            mq = _VLLM_BANNER_Q.search(text) or _SGLANG_ARGS_Q.search(text)
+            quant = mq.group(1).strip("'") if mq else None
+    return decide(found, dropped, kv_dtype or banner_kv, quant, engine)
+
+
+def _ev(kind: str, at: tuple[int, str]) -> dict[str, Any]:
+    return {"line_no": at[0], "kind": kind, "line": at[1].strip()[:500]}
+
+
+def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, kv_dtype: str | None,
+           quantization: str | None, engine: str | None) -> KVScaleObservation:
+    """The verdict from the lines found (pure; ``scan_lines`` feeds it)."""
+    evidence = [_ev(k, v) for k, v in sorted(found.items(), key=lambda kv: kv[1][0])]
+    if dropped:
+        evidence.append(_ev("checkpoint_scale_not_loaded", dropped))
+    kvq = (kv_dtype or "").lower()
+    quantized_kv = bool(kvq) and kvq not in ("auto", "bfloat16", "bf16", "float16", "fp16", "half")
+    q = None if quantization in (None, "None", "none") else quantization
+
+    decisive = {ScaleSource.REFUSED: "refused", ScaleSource.DYNAMIC_PER_TOKEN_HEAD: "dynamic",
+                ScaleSource.COMPUTED: "computed", ScaleSource.CHECKPOINT: "loaded", ScaleSource.UNSCALED: "unscaled"}
+
+    def obs(src: ScaleSource, reason: str) -> KVScaleObservation:
+        first = decisive.get(src)  # the line that decided goes first (the run tag quotes it)
+        ordered = sorted(evidence, key=lambda e: (e["kind"] != first, e["line_no"]))
+        return KVScaleObservation(src, reason, kv_dtype, ordered)
+
+    if "refused" in found:
+        return obs(ScaleSource.REFUSED, "the engine refused this KV dtype / scale combination at start")
+    if "dynamic" in found:
+        return obs(ScaleSource.DYNAMIC_PER_TOKEN_HEAD, "per-token-head KV: scales computed per (token, head) at "
+                                                       "cache write")
+    if "computed" in found:
+        return obs(ScaleSource.COMPUTED, "--calculate-kv-scales: scales computed once from the first forward pass "
+                                         "(the engine's deprecation line)")
+    if "loaded" in found:
+        return obs(ScaleSource.CHECKPOINT, "the engine loaded the KV scales from the file it names")
+    if "unscaled" in found:
+        why = "the engine's own line: k/v scales 1.0"
+        if dropped:
+            why += "; checkpoint scale tensors were present but not loaded"
+        if engine == "sglang":
+            why += (" (SGLang prints this whenever --quantization-param-path is absent; it does not report scales a "
+                    "quantization method loaded from the checkpoint)")
+        return obs(ScaleSource.UNSCALED, why)
+    if not quantized_kv:
+        if kv_dtype is None:
+            return obs(ScaleSource.UNKNOWN, "the log shows no KV dtype and no KV-scale line")
+        return obs(ScaleSource.NOT_QUANTIZED, f"KV cache {kv_dtype}: not quantized")
+    if "e5m2" in kvq:
+        return obs(ScaleSource.UNSCALED, "fp8_e5m2 KV: the engines load no scales for e5m2 and print no line for it")
+    if engine == "vllm":
+        if q is None:
+            return obs(ScaleSource.UNSCALED, "FP8 KV with no quantization method (config banner quantization=None): "
+                                             "vLLM has no KV method to load scales into, so they are the default 1.0 "
+                                             "and it prints no scale line")
+        return obs(ScaleSource.CHECKPOINT, f"quantization={q} and no 'scaling factor 1.0' line: vLLM warns whenever "
+                                           "both k and v scales are 1.0, so the scales came from the checkpoint")
+    return obs(ScaleSource.UNKNOWN, f"quantized KV ({kv_dtype}) but no KV-scale line in the log")
+
+
+def scan_file(path: str | Path, engine: str | None) -> KVScaleObservation | None:
+    """The observation for one log file; None for an engine without KV-scale lines (llama.cpp)."""
+    if engine not in ("vllm", "sglang"):
+        return None
+    from quantrack.engines.logparse import iter_raw
+
+    def head() -> Iterable[bytes]:
+        with open(path, "rb") as fh:
+            left = MAX_SCAN_BYTES
+            for chunk in fh:
+                if left <= 0:
+                    break
+                left -= len(chunk)
+                yield chunk
+
+    return scan_lines(iter_raw(head()), engine)
