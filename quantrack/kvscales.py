@@ -106,9 +106,12 @@ def safetensors_header(path: str | Path) -> dict[str, Any]:
 
 
 def _naming(name: str) -> str:
-    for part in ("k_proj", "v_proj", "qkv_proj"):
-        if f".{part}." in name:
-            return f"{part}.{name.rsplit('.', 1)[-1]}"
+    """The naming family of a scale tensor, spelled by its k member (ModelOpt ``k_proj.k_scale``,
+    compressed-tensors ``self_attn.k_scale``, fused ``qkv_proj.k_scale``, legacy ``kv_scale``)."""
+    if ".qkv_proj." in name:
+        return "qkv_proj.k_scale"
+    if ".k_proj." in name or ".v_proj." in name:
+        return "k_proj.k_scale"
     if name.endswith(".kv_scale"):
         return "kv_scale"
     if name.endswith((".k_cache.scale", ".v_cache.scale")):
@@ -136,7 +139,8 @@ def read_checkpoint(path: str | Path) -> CheckpointKV:
         return CheckpointKV(path=str(path), read=False, note="not a local checkpoint directory (nothing read)")
     cfg_path = d / "config.json"
     cfg = _load_json(cfg_path) if cfg_path.is_file() else {}
-    qc = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    raw_qc = cfg.get("quantization_config")
+    qc: dict[str, Any] = raw_qc if isinstance(raw_qc, dict) else {}
     scheme = qc.get("kv_cache_scheme") if isinstance(qc.get("kv_cache_scheme"), dict) else None
     algo = qc.get("kv_cache_quant_algo")
     hfq = d / "hf_quant_config.json"  # ModelOpt's own file: {"quantization": {"kv_cache_quant_algo": "FP8"}}
