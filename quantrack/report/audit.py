@@ -74,6 +74,8 @@ class AuditRow:
     degraded: str | None = None  # degraded-mode kinds (FP8 KV scale 1.0 ...), with the first line in degraded_evidence
     degraded_evidence: str | None = None
     engine_evidence: str | None = None  # "line N: marker" that decided the engine of a raw log
+    kv_scales: str | None = None  # quantrack.kvscales.ScaleSource value the engine's own lines showed
+    kv_scale_evidence: str | None = None  # "file:line: text" (or the reason when the engine prints no line)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +118,7 @@ def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
             fallback=None if fb not in (FALLBACK_YES, FALLBACK_NO) else fb == FALLBACK_YES, fallback_kinds=t.get(Tag.FALLBACK_KINDS),
             evidence=t.get(Tag.FALLBACK_EVIDENCE), capacity_error_pct=m.get(Metric.CAPACITY_ERROR_PCT),
             tpot_ms=m.get(Metric.TPOT_MS_P50), status=_run_status(r), weights=p.get(Param.WEIGHTS), unknown_reason=reason,
+            kv_scales=t.get(Tag.KV_SCALE_SOURCE), kv_scale_evidence=t.get(Tag.KV_SCALE_EVIDENCE),
         ))
     return out
 
@@ -242,8 +245,18 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
             degraded=",".join(sorted({e.kind for e in degraded})) or None,
             degraded_evidence=f"{path.name}:{degraded[0].line_no}: {degraded[0].line.strip()}" if degraded else None,
             engine_evidence=f"line {ev['line_no']}: {ev['marker']}" if ev and ev.get("line_no") else None,
+            kv_scales=_kv_scale_fields(path.name, rep.kv_scales)[0],
+            kv_scale_evidence=_kv_scale_fields(path.name, rep.kv_scales)[1],
         ))
     return out
+
+
+def _kv_scale_fields(name: str, kv: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """(source, "file:line: text" or the reason) of a parsed log's KV-scale observation."""
+    if not kv:
+        return None, None
+    ev = (kv.get("evidence") or [None])[0]
+    return kv.get("source"), f"{name}:{ev['line_no']}: {ev['line'].strip()}" if ev else kv.get("reason")
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -365,6 +378,9 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     for r in report.rows:
         if r.degraded:
             lines.append(f"DEGRADED {r.node}: {r.degraded_evidence or r.degraded}")
+    for r in report.rows:  # quantized KV caches: which scales the engine used (quantrack.engines.kvscale)
+        if r.kv_scales and r.kv_scales != "not-quantized":
+            lines.append(f"KV SCALES {r.node}: {r.kv_scales} ({r.kv_scale_evidence or 'no line recorded'})")
     lines.extend(report.warnings)
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED))
     n_unknown = len(report.unknown)

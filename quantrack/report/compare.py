@@ -78,6 +78,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("fallback", "Fallback", "measured: engine startup log"),
     ("top1_agree", "Top-1 agree", "measured: KL fidelity run"),
     ("kl", "KL", "measured: KL fidelity run (mean nats/token)"),
+    ("kl_method", "KL method", "run param kl_method: teacher-forced or decode-greedy (quantrack.accuracy.kl)"),
+    ("kv_scales", "KV scales", ("measured: the engine's own KV-scale lines (quantrack.engines.kvscale); "
+                                "planned: preflight (quantrack.kvscales), shown where it differs")),
     ("status", "Status", "run status"),
 )
 
@@ -274,6 +277,21 @@ def _fallback(r: RunRow) -> str:
     return fb
 
 
+def _kl_method(r: RunRow) -> str:
+    """The KL method a run's KL came from; runs without the param predate the decode-side method (teacher-forced
+    was the only one)."""
+    if r.metrics.get(M_KL) is None and r.metrics.get(M_TOP1) is None:
+        return "—"
+    return r.params.get(Param.KL_METHOD) or "teacher-forced"
+
+
+def _kv_scales(r: RunRow) -> str:
+    seen, planned = r.tags.get(Tag.KV_SCALE_SOURCE), r.tags.get(Tag.KV_SCALE_PLANNED)
+    if seen is None:
+        return f"{FILL} (planned {planned})" if planned and planned != "not-quantized" else FILL
+    return seen if not planned or planned == seen else f"{seen} (planned {planned})"
+
+
 def _status(r: RunRow) -> str:
     if r.tags.get(T_VERDICT) == "reject":
         return "rejected"
@@ -372,6 +390,8 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             "top1_agree": (BASELINE_CELL if arm == base_name else FILL) if m.get(M_TOP1) is None
             else f"{m[M_TOP1] * 100:.1f}%",
             "kl": (BASELINE_CELL if arm == base_name else FILL) if m.get(M_KL) is None else f"{m[M_KL]:.4f}",
+            "kl_method": _kl_method(r),
+            "kv_scales": _kv_scales(r),
             "status": _status(r),
         }
         table.rows.append(row)
@@ -399,6 +419,8 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             "delta_vs_baseline": None if arm == base_name or acc is None or base_acc is None else acc - base_acc,
             "paired_test": test_info,
             "fallback": r.tags.get(T_FALLBACK), "fallback_kinds": r.tags.get(T_FALLBACK_KINDS),
+            "kl_method": r.params.get(Param.KL_METHOD), "kv_scale_source": r.tags.get(Tag.KV_SCALE_SOURCE),
+            "kv_scale_planned": r.tags.get(Tag.KV_SCALE_PLANNED), "kv_scale_evidence": r.tags.get(Tag.KV_SCALE_EVIDENCE),
             "contention": {step: dict(zip(("state", "reasons"), contention(r, step))) for step in ("latency", "sweep")},
         })
     if base_name is None and chosen:

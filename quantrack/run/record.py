@@ -131,6 +131,7 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     if study.kl_wanted(arm):
         rec.param(Param.KL_TOKENS, study.eval.kl_tokens)
         rec.param(Param.KL_TOP_K, study.eval.kl_top_k)
+        rec.param(Param.KL_METHOD, study.eval.kl_method)
         rec.param(Param.KL_BASELINE, study.baseline.name)
 
 
