@@ -241,9 +241,9 @@ def test_rules_file_is_valid_and_cited() -> None:
     for m in data["measured"]:
         assert len(m["run_id"]) == 32 and m["store"].startswith("docs/gpu/")
     bad = {"kv_scale": [{"id": "x", "engine": "vllm", "scale_source": "guessed", "message": "m", "source": "s"}]}
-    assert check_rules(bad) == ["kv_scale 'x': scale_source 'guessed' is not one of 1.0, checkpoint, "
-                                "computed-at-start, dynamic-per-block, dynamic-per-token-head, not-quantized, "
-                                "refused, unknown"]
+    assert check_rules(bad) == [("kv_scale 'x': scale_source 'guessed' is not one of 1.0, checkpoint, "
+                                 "computed-at-start, dynamic-per-block, dynamic-per-token-head, not-quantized, "
+                                 "refused, unknown")]
 
 
 def test_preflight_json_carries_the_plan(tmp_path: Path) -> None:
