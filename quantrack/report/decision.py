@@ -344,6 +344,8 @@ class ArmDecision:
     reasons: list[str] = field(default_factory=list)
     rule_messages: dict[str, str] = field(default_factory=dict)  # warning -> the rule's message (preflight artifact)
     skipped: dict[str, int] = field(default_factory=dict)
+    kv_scales: str | None = None  # a quantized KV cache: the scales the engine's lines showed, with the line
+    kl_method: str | None = None  # teacher-forced | decode-greedy (run param kl_method)
 
 
 @dataclass
@@ -388,6 +390,7 @@ class DecisionReport:
                 "delta_ci": a.acc.delta_ci, "paired": a.acc.paired, "distinguishable": a.acc.distinguishable,
                 "n": a.acc.n, "n_needed": a.acc.n_needed, "budget_status": a.acc.budget_status,
                 "kl": a.kl.to_dict(), "top1": a.top1.to_dict(), "kl_status": a.kl_status,
+                "kl_method": a.kl_method, "kv_scales": a.kv_scales,
             }
         return {"experiment": self.experiment, "constraints": self.constraints.describe(),
                 "sections": [{"gpu": s.gpu, "baseline": s.baseline, "frontier": s.frontier,
@@ -635,6 +638,28 @@ def _fallbacks(r: RunRow) -> list[str]:
     return [f"fallback {kinds}" + (f" — {ev}" if ev else "") + f" (engine log; run {r.run_id})"]
 
 
+def _kv_scales(r: RunRow) -> str | None:
+    """'1.0 — file:line: text (engine log)' for an arm with a quantized KV cache (quantrack.engines.kvscale);
+    None for an unquantized one or a run that recorded none."""
+    from quantrack.run.schema import Tag
+
+    src = r.tags.get(Tag.KV_SCALE_SOURCE)
+    if not src or src == "not-quantized":
+        return None
+    ev = r.tags.get(Tag.KV_SCALE_EVIDENCE)
+    planned = r.tags.get(Tag.KV_SCALE_PLANNED)
+    plan = f"; preflight planned {planned}" if planned and planned != src else ""
+    return f"{src}" + (f" — {ev}" if ev else "") + f" (engine log{plan})"
+
+
+def _kv_reasons(a: ArmDecision) -> list[str]:
+    """The evidence lines a KV arm's verdict carries: its KV scales and the method its KL came from."""
+    out = [f"KV scales: {a.kv_scales}"] if a.kv_scales else []
+    if a.kl_method and a.kl.value is not None and not a.baseline:
+        out.append(f"KL method: {a.kl_method}")
+    return out
+
+
 def contention_flags(r: RunRow) -> list[str] | None:
     """What the run's measurement hygiene recorded (quantrack.measure.hygiene: tags
     ``quantrack.<step>_contention`` yes / no / unknown and ``…_reasons``): the reasons of each contended step;
@@ -697,7 +722,10 @@ def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, pr
             tps_x = Figure(tps.value / bt, "derived", f"sweep_output_tps_c{level} / baseline's ({base.run_id})",
                            r.run_id, f"{tps.value / bt:.2f}×")
     acc = judge_accuracy(r, base, is_base, c.max_accuracy_drop)
+    kl_method = r.params.get("kl_method") or ("teacher-forced" if m.get("kl_mean") is not None else None)
     kl = _measured(m, "kl_mean", r, "{:.4f}")
+    if kl.value is not None and kl_method:
+        kl = Figure(kl.value, kl.kind, f"{kl.source} ({kl_method})", kl.run_id, kl.show())
     top1 = _measured(m, "kl_top1_agree", r, "{:.1%}")
     if is_base:
         kl_status = "reference"
@@ -713,7 +741,8 @@ def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, pr
         capacity=cap, predicted=pred, capacity_x=cap_x, tpot_b1=_measured(m, "tpot_ms_p50", r, "{:.2f} ms"),
         levels=levels, slo_checks=checks, slo_level=level, throughput=tps, throughput_x=tps_x,
         cost=_cost(r, level, tps, prices), acc=acc, kl=kl, top1=top1, kl_status=kl_status,
-        warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r))
+        warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r),
+        kv_scales=_kv_scales(r), kl_method=kl_method)
     if a.warnings:
         a.rule_messages = _rule_messages(r, uri)
     _verdict(a, c)
@@ -765,6 +794,7 @@ def _verdict(a: ArmDecision, c: Constraints) -> None:
     reasons += [f"warning: {w}" + (f" — {a.rule_messages[w]}" if w in a.rule_messages else "")
                 for w in a.warnings]
     reasons += [f"warning: {w}" for w in a.fallbacks]
+    reasons += _kv_reasons(a)
     if a.contention:
         reasons += [f"contention: {x}" for x in a.contention]
     if misses or acc_bad:
