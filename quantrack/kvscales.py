@@ -192,7 +192,10 @@ def checkpoint_for(served: str | None) -> CheckpointKV | None:
         return None
     p = Path(served)
     if p.is_dir():
-        return read_checkpoint(p)
+        try:
+            return read_checkpoint(p)
+        except BadInput as exc:  # a damaged checkpoint: the plan says unknown and why, preflight goes on
+            return CheckpointKV(path=served, read=False, note=f"not read: {exc}")
     return CheckpointKV(path=served, read=False, note="not a local directory (a Hub id?): its files were not read")
 
 
