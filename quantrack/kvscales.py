@@ -353,17 +353,12 @@ def _plan_vllm(name: str, kv: str, args: tuple[str, ...], arm: Any, ck: Checkpoi
         return _plan(name, "vllm", kv, "vllm-kv-e5m2-unscaled", ck, note)
     if "--calculate-kv-scales" in args:
         return _plan(name, "vllm", kv, "vllm-kv-calculate-scales", ck, note)
-    if ck is None or not ck.read:
-        if method:
-            return ScalePlan(arm=name, engine="vllm", kv=kv, source=ScaleSource.UNKNOWN, rule_id="kv-checkpoint-unread",
-                             message=f"the checkpoint was not read ({_unknown_checkpoint(ck)}): checkpoint scales or "
-                                     "1.0 cannot be told apart before launch; the log will say",
-                             engine_source=rule("vllm-kv-checkpoint-scales")["source"],
-                             log_line=rule("vllm-kv-unscaled-warned").get("log_line"),
-                             version_note=note)
-        return _plan(name, "vllm", kv, "vllm-kv-unscaled-silent", ck, note,
-                     f"checkpoint not read ({_unknown_checkpoint(ck)}) and no quantization method: vLLM has nothing "
-                     "to load scales into")
+    if ck is None or not ck.read:  # its quantization_config and scale tensors are unknown: so is the source
+        return ScalePlan(arm=name, engine="vllm", kv=kv, source=ScaleSource.UNKNOWN, rule_id="kv-checkpoint-unread",
+                         message=f"the checkpoint was not read ({_unknown_checkpoint(ck)}): checkpoint scales or "
+                                 "1.0 cannot be told apart before launch; the log will say",
+                         engine_source=rule("vllm-kv-checkpoint-scales")["source"],
+                         log_line=rule("vllm-kv-unscaled-warned").get("log_line"), version_note=note)
     if not method:
         if ck.has_scales:
             return _plan(name, "vllm", kv, "vllm-kv-scales-without-method", ck, note)
