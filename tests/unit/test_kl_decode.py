@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 import pytest
 
 from quantrack.accuracy import kl
