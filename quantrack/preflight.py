@@ -93,7 +93,7 @@ class ArmResult:
     launch_note: str | None = None
     launch_env: dict[str, str] = field(default_factory=dict)  # the engine's extra environment, secrets redacted
     model_ref: str | None = None  # a model reference not provisioned yet (it stands in the launch line)
-    kv_scales: dict[str, Any] | None = None  # quantrack.kvscales.ScalePlan.to_dict(): which KV scales, and why
+    kv_scales: dict[str, Any] | None = None  # quantrack.engines.kvplan.ScalePlan.to_dict(): which KV scales, and why
 
     @property
     def launch_display(self) -> str | None:
@@ -252,9 +252,9 @@ def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, dict[str
 
 
 def kv_scale_plan(req: PreflightRequest, arm: Arm) -> dict[str, Any] | None:
-    """Which k/v scales the engine will use for this arm's KV cache (quantrack.kvscales), from the checkpoint's
+    """Which k/v scales the engine will use for this arm's KV cache (quantrack.engines.kvplan), from the checkpoint's
     config and safetensors headers (never its weights) and the arm; None when the engine has no such rules."""
-    from quantrack.kvscales import checkpoint_for, plan_scales
+    from quantrack.engines.kvplan import checkpoint_for, plan_scales
 
     served = arm.model or (req.study.model.path if req.study is not None else None) or req.model_path
     plan = plan_scales(arm, req.engine, engine_version=req.engine_version, checkpoint=checkpoint_for(served),

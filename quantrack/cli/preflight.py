@@ -100,7 +100,7 @@ def gpu_line(g: dict[str, Any]) -> str:
 
 
 def kv_scale_lines(k: dict[str, Any] | None) -> list[str]:
-    """Preflight's KV-scale plan for one arm (quantrack.kvscales.ScalePlan.to_dict()); nothing for an
+    """Preflight's KV-scale plan for one arm (quantrack.engines.kvplan.ScalePlan.to_dict()); nothing for an
     unquantized KV cache."""
     if not k or k.get("source") == "not-quantized":
         return []

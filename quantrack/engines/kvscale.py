@@ -1,5 +1,5 @@
 """Which k/v scales a running engine used, from its own startup lines (the after-launch half of
-``quantrack.kvscales``).
+``quantrack.engines.kvplan``).
 
 Owns the KV-scale lines of vLLM and SGLang and the verdict drawn from them (``KVScaleObservation``): a
 ``ScaleSource`` plus the lines that decided it. The lines, as printed (format strings read in the engine code; real
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantrack.kvscales import ScaleSource
+from quantrack.engines.kvplan import ScaleSource
 
 MAX_SCAN_BYTES = 8 * 2**20  # the scale lines are startup lines
 _KV_DTYPE_LINE = re.compile(r"Using (\S+) data type to store kv cache")

@@ -74,7 +74,7 @@ class AuditRow:
     degraded: str | None = None  # degraded-mode kinds (FP8 KV scale 1.0 ...), with the first line in degraded_evidence
     degraded_evidence: str | None = None
     engine_evidence: str | None = None  # "line N: marker" that decided the engine of a raw log
-    kv_scales: str | None = None  # quantrack.kvscales.ScaleSource value the engine's own lines showed
+    kv_scales: str | None = None  # quantrack.engines.kvplan.ScaleSource value the engine's own lines showed
     kv_scale_evidence: str | None = None  # "file:line: text" (or the reason when the engine prints no line)
 
     def to_dict(self) -> dict[str, Any]:

@@ -80,7 +80,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("kl", "KL", "measured: KL fidelity run (mean nats/token)"),
     ("kl_method", "KL method", "run param kl_method: teacher-forced or decode-greedy (quantrack.accuracy.kl)"),
     ("kv_scales", "KV scales", ("measured: the engine's own KV-scale lines (quantrack.engines.kvscale); "
-                                "planned: preflight (quantrack.kvscales), shown where it differs")),
+                                "planned: preflight (quantrack.engines.kvplan), shown where it differs")),
     ("status", "Status", "run status"),
 )
 

@@ -176,9 +176,9 @@ def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
 
 
 def _kv_plan_tags(rec: RunRecord, study: Study, arm: Arm) -> None:
-    """What preflight's KV-scale plan said for this arm (quantrack.kvscales), beside what the log showed."""
+    """What preflight's KV-scale plan said for this arm (quantrack.engines.kvplan), beside what the log showed."""
     from quantrack.errors import QuantrackError
-    from quantrack.kvscales import checkpoint_for, plan_scales
+    from quantrack.engines.kvplan import checkpoint_for, plan_scales
 
     try:
         plan = plan_scales(arm, study.engine.kind, engine_version=study.engine.version,

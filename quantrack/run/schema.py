@@ -136,7 +136,7 @@ class Tag:
     GSM8K_DATA_SHA256 = "quantrack.gsm8k_data_sha256"
     GSM8K_SOURCE = "quantrack.gsm8k_source"
     LOG_NOT_FOUND = "quantrack.log_not_found"
-    # KV-cache scales (quantrack.kvscales.ScaleSource values): what preflight planned from the checkpoint and arm,
+    # KV-cache scales (quantrack.engines.kvplan.ScaleSource values): what preflight planned from the checkpoint and arm,
     # and what the engine's own lines showed (quantrack.engines.kvscale), with the deciding line
     KV_SCALE_PLANNED = "quantrack.kv_scale_planned"
     KV_SCALE_RULE = "quantrack.kv_scale_rule"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from quantrack.engines import parse_log_file
 from quantrack.engines.kvscale import scan_file, scan_lines
-from quantrack.kvscales import ScaleSource
+from quantrack.engines.kvplan import ScaleSource
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 H200 = DATA / "logs" / "h200-default"

@@ -15,7 +15,7 @@ import pytest
 
 from quantrack.arms import make_arm
 from quantrack.errors import BadInput
-from quantrack.kvscales import (
+from quantrack.engines.kvplan import (
     ScaleSource,
     check_rules,
     checkpoint_for,
