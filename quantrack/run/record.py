@@ -177,8 +177,8 @@ def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
 
 def _kv_plan_tags(rec: RunRecord, study: Study, arm: Arm) -> None:
     """What preflight's KV-scale plan said for this arm (quantrack.engines.kvplan), beside what the log showed."""
-    from quantrack.errors import QuantrackError
     from quantrack.engines.kvplan import checkpoint_for, plan_scales
+    from quantrack.errors import QuantrackError
 
     try:
         plan = plan_scales(arm, study.engine.kind, engine_version=study.engine.version,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from quantrack.engines import parse_log_file
-from quantrack.engines.kvscale import scan_file, scan_lines
 from quantrack.engines.kvplan import ScaleSource
+from quantrack.engines.kvscale import scan_file, scan_lines
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 H200 = DATA / "logs" / "h200-default"

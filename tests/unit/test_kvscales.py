@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from quantrack.arms import make_arm
-from quantrack.errors import BadInput
 from quantrack.engines.kvplan import (
     ScaleSource,
     check_rules,
@@ -24,6 +23,7 @@ from quantrack.engines.kvplan import (
     read_checkpoint,
     safetensors_header,
 )
+from quantrack.errors import BadInput
 
 LAYERS = 2
 _BYTES = {"BF16": 2, "F32": 4, "F8_E4M3": 1}
