@@ -182,3 +182,27 @@ def scan_file(path: str | Path, engine: str | None) -> KVScaleObservation | None
                 yield chunk
 
     return scan_lines(iter_raw(head()), engine)
+
+
+def from_llamacpp(report: Any) -> KVScaleObservation | None:
+    """llama.cpp prints no scale line: its quantized KV types (q8_0, q4_0, ...) carry a scale per block of 32 values,
+    computed when the cache is written. The K/V types come from its ``llama_kv_cache: size = ... K (q8_0) ...`` line
+    (llama.cpp@0c1e57098:src/llama-kv-cache.cpp:L301), which the llama.cpp parser already read."""
+    from quantrack.engines.kvplan import GGUF_KV_QUANTIZED
+
+    k, v = report.extra.get("k_type"), report.extra.get("v_type")
+    if not k or not v:
+        return KVScaleObservation(ScaleSource.UNKNOWN, "no llama_kv_cache line with the K/V types in the log")
+    kinds = f"K ({k}), V ({v})"
+    if k in GGUF_KV_QUANTIZED or v in GGUF_KV_QUANTIZED:
+        return KVScaleObservation(ScaleSource.DYNAMIC_PER_BLOCK, f"llama_kv_cache: {kinds}: a scale per block of 32 "
+                                  "values, written with the cache", kv_dtype=report.kv_cache_dtype)
+    return KVScaleObservation(ScaleSource.NOT_QUANTIZED, f"llama_kv_cache: {kinds}: not quantized",
+                              kv_dtype=report.kv_cache_dtype)
+
+
+def observe(path: str | Path, report: Any) -> KVScaleObservation | None:
+    """The observation for one parsed log (``quantrack.engines.parse_log_file`` calls this)."""
+    if report.engine == "llamacpp":
+        return from_llamacpp(report)
+    return scan_file(path, report.engine)

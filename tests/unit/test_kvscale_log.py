@@ -59,7 +59,10 @@ def test_unquantized_kv_real_logs() -> None:
 def test_parse_log_file_carries_it() -> None:
     rep = parse_log_file(H200 / "vllm-0.25.0-fp8kv.log")
     assert rep.kv_scales is not None and rep.kv_scales["source"] == "1.0"
-    assert parse_log_file(DATA / "logs" / "xllamacpp-SmolLM2-Q8_0-np1.log").kv_scales is None
+    f16 = parse_log_file(DATA / "logs" / "xllamacpp-SmolLM2-Q8_0-np1.log").kv_scales
+    assert f16 is not None and f16["source"] == "not-quantized" and "K (f16), V (f16)" in f16["reason"]
+    q8 = parse_log_file(DATA / "logs" / "xllamacpp-SmolLM2-Q4_0-np2-kvq8_0.log").kv_scales
+    assert q8 is not None and q8["source"] == "dynamic-per-block" and q8["kv_dtype"] == "q8_0"
 
 
 def test_vllm_calculate_kv_scales_deprecation() -> None:
