@@ -154,10 +154,6 @@ def parse_log_file(path: str | Path, engine: str = "auto", *, strict: bool = Tru
                                             line=f"--engine {kind}, but the log reads as {det.engine} ({det.reason})"))
     report.detection = detection
     report.engine_evidence = evidence
-    from quantrack.engines.kvscale import observe
-
-    kv = observe(p, report)
-    report.kv_scales = kv.to_dict() if kv is not None else None
     return report
 
 

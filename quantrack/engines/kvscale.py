@@ -206,3 +206,43 @@ def observe(path: str | Path, report: Any) -> KVScaleObservation | None:
     if report.engine == "llamacpp":
         return from_llamacpp(report)
     return scan_file(path, report.engine)
+
+
+# ---- in the engines' own single pass (quantrack.engines.logparse): the rules, and the verdict at finish()
+
+_DROP_MARKERS = ("is not loaded", "not found in params_dict")
+
+
+def _collect(kind: str):  # type: ignore[no-untyped-def]
+    def handler(b: Any, ln: Any) -> None:
+        seen = b.report.extra.setdefault(_KV_LINES, {})
+        seen.setdefault(kind, (ln.no, ln.text))
+    return handler
+
+
+def _dropped(b: Any, ln: Any) -> None:
+    if _DROPPED.search(ln.text):
+        b.report.extra.setdefault(_KV_LINES, {}).setdefault("_dropped", (ln.no, ln.text))
+
+
+_KV_LINES = "_kv_scale_lines"  # scratch space in LogReport.extra while scanning; removed by finish_report
+# the KV dtype as the engine states it: vLLM's cache-config line, SGLang's allocation line
+_DTYPE_MARKERS = (("data type to store kv cache", "_dtype_line"), ("KV Cache is allocated. dtype:", "_dtype_line"))
+RULES: list[Any] = [*((marker, _collect(kind)) for marker, kind in (*MARKERS, *_DTYPE_MARKERS)),
+                    *((m, _dropped) for m in _DROP_MARKERS)]
+
+
+def finish_report(report: Any) -> None:
+    """Set ``report.kv_scales`` from what the pass collected and the report's own fields (ReportBuilder.finish)."""
+    seen: dict[str, tuple[int, str]] = report.extra.pop(_KV_LINES, None) or {}
+    if report.engine == "llamacpp":
+        obs = from_llamacpp(report)
+    elif report.engine in ("vllm", "sglang"):
+        dropped = seen.pop("_dropped", None)
+        stated = seen.pop("_dtype_line", None)
+        m = (_KV_DTYPE_LINE.search(stated[1]) or _SGLANG_ALLOC.search(stated[1])) if stated else None
+        kv = m.group(1) if m else report.kv_cache_dtype
+        obs = decide(seen, dropped, kv, report.quantization, report.engine)
+    else:
+        obs = None
+    report.kv_scales = obs.to_dict() if obs is not None else None

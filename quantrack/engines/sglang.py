@@ -15,6 +15,7 @@ from typing import Any
 
 from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.kvscale import RULES as KV_SCALE_RULES
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -285,7 +286,7 @@ RULES: list[RuleSpec] = [
 def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                      extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("sglang", source, EXPECTED)
-    scan(lines, b, [*RULES, *extra_rules])
+    scan(lines, b, [*RULES, *KV_SCALE_RULES, *extra_rules])
     r = b.report
     r.extra.pop("_max_total_seen", None)
     # dtype: the activation dtype is not printed; with --dtype auto and an 'auto' KV cache the pool

@@ -16,6 +16,7 @@ from typing import Any
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
 from quantrack.engines import DEFAULT_UTIL
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.kvscale import RULES as KV_SCALE_RULES
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -449,7 +450,7 @@ def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSo
 
     ``extra_rules``: more rules run in the same pass (the other engines' fallback catalogues)."""
     b = ReportBuilder("vllm", source, EXPECTED)
-    scan(lines, b, [*RULES, *extra_rules])
+    scan(lines, b, [*RULES, *KV_SCALE_RULES, *extra_rules])
     r = b.report
     r.extra.pop("_profiling_seen", None)
     marlin = r.extra.pop("_marlin_line", None)

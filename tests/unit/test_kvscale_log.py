@@ -56,7 +56,17 @@ def test_unquantized_kv_real_logs() -> None:
         assert o is not None and o.source == ScaleSource.NOT_QUANTIZED, name
 
 
-def test_parse_log_file_carries_it() -> None:
+def test_parse_log_file_carries_it_in_the_same_pass() -> None:
+    # the engines' own single pass (quantrack.engines.logparse) gives what the standalone scan gives
+    for path, engine in ((H200 / "vllm-0.25.0-fp8kv.log", "vllm"), (H200 / "sglang-0.5.16-fp8kv.log", "sglang"),
+                         (KV / "vllm-0.25.0-smollm2-kv-fp8-bf16-weights.head.log", "vllm"),
+                         (KV / "sglang-0.5.16-smollm2-kv-fp8-bf16-weights.head.log", "sglang"),
+                         (H200 / "vllm-0.25.0-bf16.log", "vllm")):
+        rep = parse_log_file(path)
+        alone = scan_file(path, engine)
+        assert rep.kv_scales is not None and alone is not None
+        assert (rep.kv_scales["source"], rep.kv_scales["evidence"]) == (alone.source.value, alone.evidence), path
+        assert "_kv_scale_lines" not in rep.extra
     rep = parse_log_file(H200 / "vllm-0.25.0-fp8kv.log")
     assert rep.kv_scales is not None and rep.kv_scales["source"] == "1.0"
     f16 = parse_log_file(DATA / "logs" / "xllamacpp-SmolLM2-Q8_0-np1.log").kv_scales
