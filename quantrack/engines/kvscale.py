@@ -201,13 +201,6 @@ def from_llamacpp(report: Any) -> KVScaleObservation | None:
                               kv_dtype=report.kv_cache_dtype)
 
 
-def observe(path: str | Path, report: Any) -> KVScaleObservation | None:
-    """The observation for one parsed log (``quantrack.engines.parse_log_file`` calls this)."""
-    if report.engine == "llamacpp":
-        return from_llamacpp(report)
-    return scan_file(path, report.engine)
-
-
 # ---- in the engines' own single pass (quantrack.engines.logparse): the rules, and the verdict at finish()
 
 _DROP_MARKERS = ("is not loaded", "not found in params_dict")
