@@ -30,20 +30,13 @@ quantization method exists then: scales 1.0); the verdict says which of those th
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from quantrack.engines.kvplan import ScaleSource
 
-MAX_SCAN_BYTES = 8 * 2**20  # the scale lines are startup lines
 _KV_DTYPE_LINE = re.compile(r"Using (\S+) data type to store kv cache")
 _SGLANG_ALLOC = re.compile(r"KV Cache is allocated\. dtype: torch\.(\w+)")
-_VLLM_BANNER_KV = re.compile(r"kv_cache_dtype=([\w]+)")
-_VLLM_BANNER_Q = re.compile(r"\bquantization=([\w-]+)")
-_SGLANG_ARGS_KV = re.compile(r"kv_cache_dtype='([\w]+)'")
-_SGLANG_ARGS_Q = re.compile(r"\bquantization=(None|'[\w-]+')")
 
 # (marker, kind): the lines quantrack reads, in the order they decide
 MARKERS: tuple[tuple[str, str], ...] = (
@@ -83,40 +76,13 @@ class KVScaleObservation:
         return f"{source_name}:{e['line_no']}: {e['line'].strip()[:300]}"
 
 
-def scan_lines(lines: Iterable[tuple[int, str]], engine: str | None) -> KVScaleObservation:
-    """Scan (line number, raw line) pairs of one engine log."""
-    from quantrack.engines.logparse import strip_prefix
-
-    found: dict[str, tuple[int, str]] = {}
-    dropped: tuple[int, str] | None = None
-    kv_dtype = banner_kv = quant = None
-    for no, raw in lines:
-        text = strip_prefix(raw)[0]
-        if "kv" not in text.lower() and "scal" not in text and "quantization" not in text:
-            continue
-        for marker, kind in MARKERS:
-            if marker in text and kind not in found:
-                found[kind] = (no, text)
-        if dropped is None and _DROPPED.search(text):
-            dropped = (no, text)
-        m = _KV_DTYPE_LINE.search(text) or _SGLANG_ALLOC.search(text)
-        if m and kv_dtype is None:
-            kv_dtype = m.group(1)
-        if banner_kv is None and ("Initializing a V1 LLM engine" in text or "server_args=ServerArgs(" in text):
-            mb = _VLLM_BANNER_KV.search(text) or _SGLANG_ARGS_KV.search(text)
-            banner_kv = mb.group(1) if mb else None
-            mq = _VLLM_BANNER_Q.search(text) or _SGLANG_ARGS_Q.search(text)
-            quant = mq.group(1).strip("'") if mq else None
-    return decide(found, dropped, kv_dtype or banner_kv, quant, engine)
-
-
 def _ev(kind: str, at: tuple[int, str]) -> dict[str, Any]:
     return {"line_no": at[0], "kind": kind, "line": at[1].strip()[:500]}
 
 
 def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, kv_dtype: str | None,
            quantization: str | None, engine: str | None) -> KVScaleObservation:
-    """The verdict from the lines found (pure; ``scan_lines`` feeds it)."""
+    """The verdict from the lines found (pure; ``finish_report`` feeds it what the parser's pass collected)."""
     evidence = [_ev(k, v) for k, v in sorted(found.items(), key=lambda kv: kv[1][0])]
     if dropped:
         evidence.append(_ev("checkpoint_scale_not_loaded", dropped))
@@ -164,24 +130,6 @@ def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, k
         return obs(ScaleSource.CHECKPOINT, f"quantization={q} and no 'scaling factor 1.0' line: vLLM warns whenever "
                                            "both k and v scales are 1.0, so the scales came from the checkpoint")
     return obs(ScaleSource.UNKNOWN, f"quantized KV ({kv_dtype}) but no KV-scale line in the log")
-
-
-def scan_file(path: str | Path, engine: str | None) -> KVScaleObservation | None:
-    """The observation for one log file; None for an engine without KV-scale lines (llama.cpp)."""
-    if engine not in ("vllm", "sglang"):
-        return None
-    from quantrack.engines.logparse import iter_raw
-
-    def head() -> Iterable[bytes]:
-        with open(path, "rb") as fh:
-            left = MAX_SCAN_BYTES
-            for chunk in fh:
-                if left <= 0:
-                    break
-                left -= len(chunk)
-                yield chunk
-
-    return scan_lines(iter_raw(head()), engine)
 
 
 def from_llamacpp(report: Any) -> KVScaleObservation | None:

@@ -9,17 +9,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantrack.engines import parse_log_file
+from quantrack.engines import get_adapter, parse_log_file
 from quantrack.engines.kvplan import ScaleSource
-from quantrack.engines.kvscale import scan_file, scan_lines
+from quantrack.engines.kvscale import KVScaleObservation
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 H200 = DATA / "logs" / "h200-default"
 KV = DATA / "kvscale"
 
 
-def lines(*texts: str) -> list[tuple[int, str]]:
-    return list(enumerate(texts, start=1))
+def scan_file(path: Path, engine: str) -> KVScaleObservation:
+    """The observation the engine's own parser records for a log file (LogReport.kv_scales)."""
+    return _obs(parse_log_file(path, engine).kv_scales)
+
+
+def scan_lines(lines: list[str], engine: str) -> KVScaleObservation:
+    """The same for lines given as text (the adapter's parse_log, the runner's in-memory path)."""
+    return _obs(get_adapter(engine).parse_log("\n".join(lines)).kv_scales)
+
+
+def _obs(d: dict | None) -> KVScaleObservation:
+    assert d is not None
+    return KVScaleObservation(ScaleSource(d["source"]), d["reason"], d["kv_dtype"], d["evidence"])
+
+
+def lines(*texts: str) -> list[str]:
+    return list(texts)
 
 
 def test_vllm_fp8_weights_fp8_kv_real_log() -> None:
@@ -56,16 +71,16 @@ def test_unquantized_kv_real_logs() -> None:
         assert o is not None and o.source == ScaleSource.NOT_QUANTIZED, name
 
 
-def test_parse_log_file_carries_it_in_the_same_pass() -> None:
-    # the engines' own single pass (quantrack.engines.logparse) gives what the standalone scan gives
+def test_file_and_lines_paths_agree() -> None:
+    # the engines' own single pass (quantrack.engines.logparse), from a file or from lines
     for path, engine in ((H200 / "vllm-0.25.0-fp8kv.log", "vllm"), (H200 / "sglang-0.5.16-fp8kv.log", "sglang"),
                          (KV / "vllm-0.25.0-smollm2-kv-fp8-bf16-weights.head.log", "vllm"),
                          (KV / "sglang-0.5.16-smollm2-kv-fp8-bf16-weights.head.log", "sglang"),
                          (H200 / "vllm-0.25.0-bf16.log", "vllm")):
         rep = parse_log_file(path)
-        alone = scan_file(path, engine)
-        assert rep.kv_scales is not None and alone is not None
-        assert (rep.kv_scales["source"], rep.kv_scales["evidence"]) == (alone.source.value, alone.evidence), path
+        text = get_adapter(engine).parse_log(path.read_bytes().split(b"\n"))
+        assert rep.kv_scales is not None and text.kv_scales is not None
+        assert rep.kv_scales == text.kv_scales, path
         assert "_kv_scale_lines" not in rep.extra
     rep = parse_log_file(H200 / "vllm-0.25.0-fp8kv.log")
     assert rep.kv_scales is not None and rep.kv_scales["source"] == "1.0"
