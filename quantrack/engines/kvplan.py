@@ -184,7 +184,7 @@ def checkpoint_for(served: str | None) -> CheckpointKV | None:
     with no scales; anything else (a Hub id, a GGUF file) is not read and says so."""
     if not served:
         return None
-    from quantrack.models_ref import is_ref
+    from quantrack.models.ref import is_ref
 
     if is_ref(served) and served.lower().endswith(":hf-bf16"):
         return export_checkpoint(served)

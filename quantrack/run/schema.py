@@ -199,7 +199,7 @@ class Tag:
     STUDY = "quantrack.study"
     QUICK = "quantrack.quick"  # "true": run --quick (fewer requests; a first look)
     VERDICT = "quantrack.verdict"
-    # the store's own bookkeeping (quantrack.tracking): idempotent upload, spool, parent link, provenance
+    # the store's own bookkeeping (quantrack.store.tracking): idempotent upload, spool, parent link, provenance
     RUN_UUID = "quantrack.run_uuid"
     COMPLETE = "quantrack.complete"
     PARENT_UUID = "quantrack.parent_uuid"

@@ -14,7 +14,7 @@ import pytest
 
 from quantrack.engines import get_adapter
 from quantrack.engines.lifecycle import launch_spec_for_study
-from quantrack.preflight import request_from_study, run_preflight
+from quantrack.hardware.preflight import request_from_study, run_preflight
 from quantrack.study import load_study
 from tests.unit.test_kvscales import CT_QC, per_tensor, write_safetensors
 

@@ -247,8 +247,8 @@ def test_rules_file_is_valid_and_cited() -> None:
 
 
 def test_preflight_json_carries_the_plan(tmp_path: Path) -> None:
-    from quantrack.catalog import get_gpu
-    from quantrack.preflight import PreflightRequest, run_preflight
+    from quantrack.hardware.catalog import get_gpu
+    from quantrack.hardware.preflight import PreflightRequest, run_preflight
 
     d = checkpoint(tmp_path, qc=CT_QC, scales=per_tensor())
     arms = [make_arm("auto"), make_arm("bf16-kv", kv="bf16"), make_arm("cal", kv="fp8"),
