@@ -37,6 +37,7 @@ from quantrack.engines.logparse import (
     scan,
     startup_only,
 )
+from quantrack.engines.scoring import TopK, truncate_topk
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
@@ -466,6 +467,41 @@ def have_llama_server(binary: str | None = None) -> bool:
 # is not read from a log yet
 _GGUF_WEIGHTS = {t: t for t in GGUF_TYPES if t != "mxfp4"}
 
+# --- prompt-logprob scoring: the wire format (pure; checked against the engine source or a real response) ------
+def llamacpp_tokenize_request(text: str, add_special: bool) -> tuple[str, dict[str, Any]]:
+    """llama.cpp: {content, add_special} -> {tokens} (checked on the xllamacpp 2026.10.11549 server,
+    tests/data/kl/llamacpp-tokenize.json)."""
+    return "/tokenize", {"content": text, "add_special": add_special}
+
+
+def llamacpp_request(prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+    """POST /completion for the distribution after ``prefix`` (one request per scored position).
+
+    llama.cpp's server gives top-k log-probabilities only for generated tokens, so each position is one
+    1-token generation from the growing prefix; ``cache_prompt`` lets the slot reuse the previous prefix (the
+    server reports ``timings.cache_n = len(prefix) - 1``, ``prompt_n = 1``). ``post_sampling_probs: false``
+    returns log-probabilities of the full softmax, before any sampler (identical at temperature 0 and 1.5 on
+    xllamacpp 2026.10.11549; see docs/fidelity.md).
+    """
+    return "/completion", {"prompt": list(prefix), "n_predict": 1, "n_probs": k, "temperature": 0.0,
+                           "cache_prompt": True, "post_sampling_probs": False}
+
+
+def parse_llamacpp(resp: Any, k: int) -> TopK:
+    """``completion_probabilities[0].top_logprobs`` = [{"id", "token", "bytes", "logprob"}, ...].
+
+    Field names as returned by the llama.cpp server in xllamacpp 2026.10.11549 (real response stored in
+    tests/data/kl/llamacpp-completion-nprobs.json).
+    """
+    try:
+        top = resp["completion_probabilities"][0]["top_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("llama.cpp response has no completion_probabilities[0].top_logprobs "
+                         "(n_probs ignored, or post_sampling_probs on?)") from None
+    if not isinstance(top, list) or not top:
+        raise ValueError("llama.cpp top_logprobs is empty")
+    return truncate_topk({int(e["id"]): float(e["logprob"]) for e in top}, k)
+
 
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
@@ -507,8 +543,6 @@ class LlamacppAdapter(EngineAdapter):
     def tokenize_request(self, text: str, add_special: bool = True,
                          model: str | None = None) -> tuple[str, dict[str, Any]]:
         """add_special: include BOS where the model uses one, as a text prompt would get."""
-        from quantrack.engines.scoring import llamacpp_tokenize_request
-
         return llamacpp_tokenize_request(text, add_special)
 
     def fixed_length_fields(self, max_tokens: int) -> dict[str, Any]:
@@ -517,8 +551,6 @@ class LlamacppAdapter(EngineAdapter):
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
         """One request per position: llama.cpp returns the next-token top-k after the prompt only."""
-        from quantrack.engines.scoring import llamacpp_request, parse_llamacpp
-
         out = []
         for pos in range(start, len(ids)):
             path, body = llamacpp_request(ids[:pos], k)

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-import quantrack.engines as _engines
-from quantrack.engines.base import LinePrefix, LogEvent, LogReport
+from quantrack.engines import registry as _engines
+from quantrack.engines.base import FileSource, LinePrefix, LogEvent, LogReport
 
 # Long lines (tqdm progress bars glued with \r, binary junk) are cut before regex matching:
 # every figure quantrack reads sits well inside the first few KiB of its line.
@@ -125,13 +125,6 @@ def iter_lines(source: Iterable[str] | Iterable[bytes] | str | bytes) -> Iterato
     """Numbered, prefix-stripped lines (see ``iter_raw``)."""
     for no, raw in iter_raw(source):
         yield make_line(no, raw)
-
-
-class FileSource:
-    """A log file to scan in blocks (much faster than line by line for big logs)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
 
 
 BLOCK_BYTES = 4 * 1024 * 1024

@@ -38,6 +38,7 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
+from quantrack.engines.scoring import TopK, truncate_topk
 from quantrack.engines.vllm import GGUF_TYPES, hf_arm, rulebook_flags
 from quantrack.errors import BadInput
 
@@ -383,6 +384,52 @@ def parse_server_info(obj: Any) -> dict[str, Any]:
         out["engine_version"] = out.pop("version")
     return out
 
+# --- prompt-logprob scoring: the wire format (pure; checked against the engine source or a real response) ------
+def sglang_request(ids: Sequence[int], start: int, k: int) -> tuple[str, dict[str, Any]]:
+    """POST /generate with ``input_ids`` scoring positions ``start..``.
+
+    ``GenerateReqInput`` fields input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+    sampling_params (sgl-project/sglang, python/sglang/srt/managers/io_struct.py). The scheduler pads the first
+    returned entry with None ("Always pad the first one with None") and returns one entry per token of
+    ``origin_input_ids[logprob_start_len:]`` (python/sglang/srt/managers/scheduler_output_processor_mixin.py,
+    ``add_input_logprob_return_values``), so ``logprob_start_len = start - 1`` makes entries 1.. score
+    ``ids[start:]``.
+    """
+    if start < 1:
+        raise ValueError("the first token has no context to be scored from")
+    return "/generate", {"input_ids": list(ids), "return_logprob": True, "logprob_start_len": start - 1,
+                         "top_logprobs_num": k, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+
+
+def parse_sglang(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK]:
+    """Top-k per position for ``ids[start:]`` from ``meta_info.input_top_logprobs``.
+
+    Each entry is a list of ``[logprob, token_id, text-or-null]`` triples, or null for the padded first entry
+    (tokenizer_manager ``detokenize_top_logprobs_tokens``); ``input_token_logprobs`` entries are single triples
+    whose token ids must equal ``ids[start-1:]`` (checked here, so a misaligned server is caught).
+    """
+    try:
+        meta = resp["meta_info"]
+        tops = meta["input_top_logprobs"]
+    except (KeyError, TypeError):
+        raise ValueError("SGLang response has no meta_info.input_top_logprobs (return_logprob off?)") from None
+    expected = len(ids) - (start - 1)
+    if not isinstance(tops, list) or len(tops) != expected:
+        raise ValueError(f"SGLang input_top_logprobs has {len(tops) if isinstance(tops, list) else 'no'} "
+                         f"entries, expected {expected}")
+    toks = meta.get("input_token_logprobs")
+    if isinstance(toks, list) and len(toks) == expected:
+        got = [e[1] for e in toks if isinstance(e, list | tuple) and len(e) >= 2]
+        if got and got != list(ids[start - 1:]):
+            raise ValueError("SGLang input_token_logprobs token ids do not match the ids sent")
+    out: list[TopK] = []
+    for j in range(1, expected):
+        entry = tops[j]
+        if not isinstance(entry, list) or not entry:
+            raise ValueError(f"SGLang input_top_logprobs[{j}] is empty")
+        out.append(truncate_topk({int(e[1]): float(e[0]) for e in entry}, k))
+    return out
+
 
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
@@ -401,8 +448,6 @@ class SglangAdapter(EngineAdapter):
 
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
-        from quantrack.engines.scoring import parse_sglang, sglang_request
-
         path, body = sglang_request(ids, start, k)
         return parse_sglang(post(path, body), ids, start, k)
 

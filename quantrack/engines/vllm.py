@@ -39,6 +39,7 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
+from quantrack.engines.scoring import TopK, truncate_topk
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
@@ -641,6 +642,43 @@ def parse_models(obj: Any) -> dict[str, Any]:
     first = data[0]
     return {"model": first.get("id"), "max_model_len": first.get("max_model_len"), "root": first.get("root")}
 
+# --- prompt-logprob scoring: the wire format (pure; checked against the engine source or a real response) ------
+def vllm_request(ids: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+    """POST /v1/completions scoring every prompt position of ``ids``.
+
+    ``CompletionRequest.prompt`` accepts a list of token ids and ``prompt_logprobs: int`` asks for the top-k at
+    every prompt position (vllm-project/vllm@002032ee2b18:vllm/entrypoints/openai/completion/protocol.py:L50
+    prompt, :L96 prompt_logprobs). ``max_tokens`` 1: 0 is only allowed with ``echo`` (same file,
+    ``to_sampling_params``: ``echo_without_generation``); one greedy token costs nothing next to the prefill.
+    """
+    return "/v1/completions", {"prompt": list(ids), "max_tokens": 1, "temperature": 0.0,
+                               "prompt_logprobs": k, "add_special_tokens": False}
+
+
+def parse_vllm(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK]:
+    """Top-k per position for ``ids[start:]`` from a vLLM completion response.
+
+    ``CompletionResponseChoice.prompt_logprobs: list[dict[int, Logprob] | None]`` (same protocol.py), filled from
+    ``final_res.prompt_logprobs`` (vllm/entrypoints/openai/completion/serving.py,
+    ``request_output_to_completion_response``): entry j is the distribution that scored prompt token j (entry 0
+    is null: nothing precedes it); each dict holds the top-k plus the scored token itself, as
+    ``{"<id>": {"logprob", "rank", "decoded_token"}}`` (JSON object keys are strings).
+    """
+    try:
+        plp = resp["choices"][0]["prompt_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("vLLM response has no choices[0].prompt_logprobs (server too old?)") from None
+    if not isinstance(plp, list) or len(plp) != len(ids):
+        raise ValueError(f"vLLM prompt_logprobs has {len(plp) if isinstance(plp, list) else 'no'} entries, "
+                         f"expected {len(ids)}")
+    out: list[TopK] = []
+    for j in range(start, len(ids)):
+        entry = plp[j]
+        if not isinstance(entry, dict) or not entry:
+            raise ValueError(f"vLLM prompt_logprobs[{j}] is empty")
+        out.append(truncate_topk({int(t): float(v["logprob"]) for t, v in entry.items()}, k))
+    return out
+
 
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
@@ -663,8 +701,6 @@ class VllmAdapter(EngineAdapter):
 
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
-        from quantrack.engines.scoring import parse_vllm, vllm_request
-
         path, body = vllm_request(ids, k)
         return parse_vllm(post(path, body), ids, start, k)
 
