@@ -306,7 +306,7 @@ class _Server:
 
     def next_token(self, prefix: Sequence[int], k: int) -> tuple[TopK, bool]:
         """(top-k of the next token after ``prefix``, whether the engine stopped there: end of sequence)."""
-        from quantrack.engines.scoring import NEXT_TOKEN
+        from quantrack.engines.nexttoken import NEXT_TOKEN
 
         build, parse = NEXT_TOKEN[self.engine]
         path, body = build(prefix, k)

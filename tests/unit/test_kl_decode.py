@@ -3,7 +3,7 @@ greedy loop against two stand-in servers that answer from fixed distributions (q
 real thing runs against llama.cpp in tests/integration/test_kl_decode_llamacpp.py).
 
 llama.cpp's answer is the real one in tests/data/kl/llamacpp-completion-nprobs.json (stop_type "limit"). vLLM's and
-SGLang's are built from their protocol as read in the source (cited in quantrack.engines.scoring)."""
+SGLang's are built from their protocol as read in the source (cited in quantrack.engines.nexttoken)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from quantrack.accuracy import kl
-from quantrack.engines import scoring
+from quantrack.engines import nexttoken as scoring
 from quantrack.errors import BadInput
 
 DATA = Path(__file__).resolve().parents[1] / "data"
