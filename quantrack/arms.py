@@ -28,6 +28,7 @@ WEIGHT_FORMATS = HF_WEIGHT_FORMATS + GGUF_ONLY_TYPES
 # KV-cache dtypes quantrack models ("auto" = the model's activation dtype).
 KV_DTYPES = (
     "auto", "bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4",
+    "fp8_per_token_head", "int8_per_token_head",  # vLLM: a scale per (token, head) computed at cache write
     *(t for t in GGUF_KV_TYPES if t != "bf16"),
 )
 WEIGHT_ALIASES = {

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.accuracy.gsm8k import FULL_TEST_SIZE, STYLES, TASKS
-from quantrack.accuracy.kl import DEFAULT_TOP_K, MAX_TOP_K
+from quantrack.accuracy.kl import DEFAULT_TOP_K, MAX_TOP_K, KLMethod
 from quantrack.arms import Arm, arm_from_table, with_baseline
 from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
 from quantrack.engines import ENGINE_KINDS as ENGINES
@@ -111,11 +111,15 @@ class EvalSpec:
     seed: int = setting(default=42, help="Sampling seed sent with each request.")
     style: str = setting(default=VLLM_GSM8K, help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
                          choices=STYLES)
-    # [eval] kl = { tokens, top_k, arms, baseline_util }; tokens absent = no KL fidelity run
+    # [eval] kl = { tokens, top_k, arms, baseline_util, method }; tokens absent = no KL fidelity run
     kl_tokens: int = setting(default=0, help="Scored positions per arm (absent: no KL run; 0 is not a value).",
                              ge=1, flag="--tokens")
     kl_top_k: int = setting(default=DEFAULT_TOP_K, help="Log-probabilities per position and side (vLLM allows at most 20).",
                             ge=1, le=MAX_TOP_K, flag="--top-k")
+    kl_method: str = setting(default=KLMethod.TEACHER_FORCED.value,
+                             help="How positions are scored: teacher-forced (reference answers, one prefill) or "
+                                  "decode-greedy (the baseline's greedy tokens, one cached step each: sees the KV "
+                                  "cache).", choices=tuple(m.value for m in KLMethod), flag="--method")
     kl_arms: tuple[str, ...] = setting(default=(), help="Arms scored against the baseline; none = every non-baseline arm.",
                                        nonempty=True)
     # --gpu-memory-utilization / --mem-fraction-static of the KL baseline server, which runs beside the candidate
@@ -186,7 +190,8 @@ _SECTIONS: dict[str, type] = {
     "eval": EvalSpec, "tracking": TrackingSpec,
 }
 _TOP_SETTINGS = ("name", "context_len", "parallel", "fleet", "description")
-_KL_KEYS = {"tokens": "kl_tokens", "top_k": "kl_top_k", "arms": "kl_arms", "baseline_util": "kl_baseline_util"}
+_KL_KEYS = {"tokens": "kl_tokens", "top_k": "kl_top_k", "arms": "kl_arms", "baseline_util": "kl_baseline_util",
+            "method": "kl_method"}
 
 
 QUICK_SUFFIX = "-quick"

@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,6 +34,32 @@ MAX_TOP_K = 100
 PROB_FLOOR = 1e-12  # stands in for a probability that is exactly 0 on the candidate side (keeps KL finite)
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261130
+
+
+
+class KLMethod(StrEnum):
+    """How the positions were scored (logged as the run param ``kl_method``).
+
+    TEACHER_FORCED: the reference continuation in one prefill per text (vLLM ``prompt_logprobs``, SGLang input
+    logprobs; llama.cpp, which has no prompt logprobs, one cached step per position). A backend that attends the
+    tokens being prefilled from fresh bf16 K/V (SGLang's Triton extend) hides a KV-cache effect from it.
+    DECODE_GREEDY: the baseline generates greedily from the prompt, one token per request; at every step both
+    servers give their next-token distribution after the same prefix, reading the earlier positions from their
+    own (for a KV arm: quantized) cache, as decoding does.
+    """
+
+    TEACHER_FORCED = "teacher-forced"
+    DECODE_GREEDY = "decode-greedy"
+
+
+DECODE_TOKENS_PER_TEXT = 128  # the baseline's greedy continuation per prompt (a GSM8K answer is ~100-200 tokens)
+DECODE_METHOD = (
+    "decode-side: the baseline generates greedily from each prompt, one token per request (prefix cache on), "
+    "up to {n} tokens or its end-of-sequence; at every step the candidate gives its next-token distribution "
+    "after the same prefix, reading earlier positions from its own KV cache; KL(P_base||P_cand) per step as for "
+    "teacher-forced scoring (union of top-k sets, imputed tail, guaranteed lower bound); 95% CI: percentile "
+    "bootstrap over texts"
+)
 
 METHOD = (
     "teacher-forced on identical token ids; per position top-k log-probabilities from each server; "
@@ -167,6 +194,7 @@ class KLResult:
     wall_s: float | None = None
     method: str = METHOD
     label: str = "measured"
+    kl_method: str = KLMethod.TEACHER_FORCED.value
     per_text: list[dict[str, Any]] = field(default_factory=list)  # source, positions, agree, kl_mean
 
     def metrics(self) -> dict[str, float]:
@@ -276,6 +304,17 @@ class _Server:
         except ValueError as exc:
             raise EngineError(f"{self.role} server {self.url}: {exc}") from None
 
+    def next_token(self, prefix: Sequence[int], k: int) -> tuple[TopK, bool]:
+        """(top-k of the next token after ``prefix``, whether the engine stopped there: end of sequence)."""
+        from quantrack.engines.nexttoken import NEXT_TOKEN
+
+        build, parse = NEXT_TOKEN[self.engine]
+        path, body = build(prefix, k)
+        try:
+            return parse(self.post(path, body), k)
+        except ValueError as exc:
+            raise EngineError(f"{self.role} server {self.url}: {exc}") from None
+
     def close(self) -> None:
         self._http.close()
 
@@ -284,10 +323,25 @@ def _tokenize_pair(server: _Server, text: TextPair) -> tuple[list[int], list[int
     return server.tokenize(text.prompt, True), server.tokenize(text.continuation, False)
 
 
+def _decode_text(pool: Any, base: _Server, cand: _Server, prompt: list[int], n: int, k: int) -> list[PositionStats]:
+    """One prompt of the decode-side method: up to ``n`` greedy baseline steps, both servers at each step."""
+    ids = list(prompt)
+    out: list[PositionStats] = []
+    for _ in range(n):
+        fb, fc = pool.submit(base.next_token, ids, k), pool.submit(cand.next_token, ids, k)
+        (b_top, stopped), (c_top, _) = fb.result(), fc.result()
+        out.append(position_stats(b_top, c_top))
+        if stopped:
+            break
+        ids.append(argmax(b_top))
+    return out
+
+
 def run_kl(baseline_url: str, candidate_url: str, engine: str, *, texts: Iterable[TextPair] | None = None,
            tokens: int = DEFAULT_TOKENS, top_k: int = DEFAULT_TOP_K,
            progress: Callable[[str], None] | None = None, timeout_s: float = 300.0,
-           texts_label: str | None = None) -> KLResult:
+           texts_label: str | None = None, method: str = KLMethod.TEACHER_FORCED,
+           decode_tokens_per_text: int = DECODE_TOKENS_PER_TEXT) -> KLResult:
     """Score ``tokens`` continuation positions on both servers and compare them (the library entry point).
 
     ``texts`` defaults to the shipped GSM8K test split (questions + reference answers, in file order). Both
@@ -297,6 +351,11 @@ def run_kl(baseline_url: str, candidate_url: str, engine: str, *, texts: Iterabl
 
     if engine not in ENGINES:
         raise unknown("engine", engine, ENGINES)
+    if method not in {m.value for m in KLMethod}:
+        raise unknown("KL method", str(method), [m.value for m in KLMethod])
+    decode = method == KLMethod.DECODE_GREEDY
+    if decode_tokens_per_text < 1:
+        raise BadInput(f"decode tokens per text must be at least 1, got {decode_tokens_per_text}")
     if tokens < 1:
         raise BadInput(f"--tokens must be at least 1, got {tokens}")
     if not 1 <= top_k <= MAX_TOP_K:
@@ -337,6 +396,13 @@ def run_kl(baseline_url: str, candidate_url: str, engine: str, *, texts: Iterabl
                                    "same tokenizer")
                 if not bp:
                     raise BadInput(f"{where}: the prompt tokenizes to nothing; a scored token needs context")
+                if decode:
+                    stats = _decode_text(pool, base, cand, bp, min(decode_tokens_per_text, tokens - done), top_k)
+                    groups.append(stats)
+                    sources.append(where)
+                    done += len(stats)
+                    say(f"{done}/{tokens} positions ({len(groups)} texts, {time.perf_counter() - t0:.1f} s)")
+                    continue
                 n = min(len(bc), tokens - done)
                 if n == 0:
                     continue
@@ -351,5 +417,11 @@ def run_kl(baseline_url: str, candidate_url: str, engine: str, *, texts: Iterabl
     finally:
         base.close()
         cand.close()
-    return summarize(groups, engine=engine, baseline_url=base_url, candidate_url=cand_url, top_k=top_k,
-                     sources=sources, texts=texts_label or "", wall_s=round(time.perf_counter() - t0, 2))
+    result = summarize(groups, engine=engine, baseline_url=base_url, candidate_url=cand_url, top_k=top_k,
+                       sources=sources, texts=texts_label or "", wall_s=round(time.perf_counter() - t0, 2))
+    if decode:
+        result.kl_method = KLMethod.DECODE_GREEDY.value
+        result.method = DECODE_METHOD.format(n=decode_tokens_per_text)
+        result.texts = (result.texts + "; " if result.texts else "") + "prompts only (continuations: the baseline's "\
+            "greedy tokens)"
+    return result

@@ -20,12 +20,13 @@ from quantrack.study import EngineSpec, EvalSpec
               help='JSONL of {"prompt", "continuation"}; default: GSM8K test questions + reference answers.')
 @setting_option(EvalSpec, "kl_tokens", name="tokens", default=2000, help="Stop after this many scored positions.")
 @setting_option(EvalSpec, "kl_top_k", name="top_k")
+@setting_option(EvalSpec, "kl_method", name="method")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON result here.")
 @click.option("--timeout", type=float, default=300.0, show_default=True,
               help="Seconds a server may take to answer one request (connect: 10 s).")
-def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, tokens: int, top_k: int, fmt: str,
-       out: str | None, timeout: float) -> None:
+def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, tokens: int, top_k: int, method: str,
+       fmt: str, out: str | None, timeout: float) -> None:
     """Teacher-force the same token ids through both servers and compare their next-token distributions.
 
     Reports top-1 agreement, KL(P_base || P_cand) mean / median / p99 in nats from the top-k
@@ -41,7 +42,7 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
     tty = sys.stderr.isatty()
     result = run_kl(baseline, candidate, engine, texts=texts, tokens=tokens, top_k=top_k,
                     progress=lambda msg: click.echo(f"\r{msg}" if tty else msg, err=True, nl=not tty),
-                    texts_label=texts_path, timeout_s=timeout)
+                    texts_label=texts_path, timeout_s=timeout, method=method)
     if tty:
         click.echo("", err=True)
     data = result.to_dict()
@@ -73,7 +74,7 @@ def render_table(data: dict[str, Any]) -> str:
         ["mass outside top-k (base / cand)", f"{data['base_tail_mass']:.4f} / {data['cand_tail_mass']:.4f}", ""],
         ["top-k overlap", f"{data['topk_overlap']:.4f}", ""],
     ]
-    head = (f"fidelity ({data['engine']}, top-{data['top_k']}) — measured: {data['n_positions']} positions over "
+    head = (f"fidelity ({data['engine']}, top-{data['top_k']}, {data.get('kl_method', 'teacher-forced')}) — measured: {data['n_positions']} positions over "
             f"{data['n_texts']} texts in {data['wall_s']} s\n"
             f"baseline  {data['baseline_url']}\ncandidate {data['candidate_url']}")
     return head + "\n" + tabulate(rows, headers=["", "value", "95% CI (bootstrap over texts)"])

@@ -99,6 +99,22 @@ def gpu_line(g: dict[str, Any]) -> str:
             f"MIG {mig}")
 
 
+def kv_scale_lines(k: dict[str, Any] | None) -> list[str]:
+    """Preflight's KV-scale plan for one arm (quantrack.engines.kvplan.ScalePlan.to_dict()); nothing for an
+    unquantized KV cache."""
+    if not k or k.get("source") == "not-quantized":
+        return []
+    note = f" ({k['version_note']})" if k.get("version_note") else ""
+    out = [f"  KV scales: {k['source']} [{k['rule_id']}] {k['message']}{note}"]
+    if k.get("engine_source"):
+        out.append(f"            source: {k['engine_source']}")
+    out.append(f"            expect in the log: {k['log_line']}" if k.get("log_line")
+               else "            expect in the log: no KV-scale line (the engine prints none here)")
+    for m in k.get("measured") or []:
+        out.append(f"            measured: {m['figure']} (store {m['store']}, run {m['run_id']})")
+    return out
+
+
 def render_report(report: Any, fmt: str, strict: bool) -> str:
     import json
 
@@ -130,6 +146,7 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
             out.append(f"  capacity (derived): {naive}{report.engine}-aware {c.get('engine_tokens') or 0:,} tokens{at}")
         elif r.capacity_note:
             out.append(f"  capacity: {r.capacity_note}")
+        out += kv_scale_lines(r.kv_scales)
         if r.flags:
             out.append("  engine flags: " + " ".join(f"{k} {v}" for k, v in r.flags.items()))
         if r.launch_display:

@@ -69,6 +69,7 @@ class LogReport:
     not_found: list[str] = field(default_factory=list)  # names of the fields above the log did not give
     engine_evidence: list[dict[str, Any]] = field(default_factory=list)  # the lines that decided the engine
     detection: dict[str, Any] = field(default_factory=dict)  # how the engine was chosen (auto scores | given)
+    kv_scales: dict[str, Any] | None = None  # quantrack.engines.kvscale.KVScaleObservation.to_dict() (vLLM/SGLang)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -378,6 +378,9 @@ class ReportBuilder:
             # highest rank seen + 1: the size when every rank printed (a lower bound for an excerpt)
             r.extra.setdefault("ranks_seen" if kind == "RANK" else f"{kind.lower()}_size_seen", top + 1)
         r.not_found = [f for f in self._expected if getattr(r, f) is None]
+        from quantrack.engines.kvscale import finish_report
+
+        finish_report(r)  # LogReport.kv_scales (quantrack.engines.kvscale)
         return r
 
 

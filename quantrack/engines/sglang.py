@@ -24,6 +24,7 @@ from quantrack.engines.base import (
     MemoryModel,
     Serving,
 )
+from quantrack.engines.kvscale import RULES as KV_SCALE_RULES
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -405,7 +406,7 @@ START_LINES: tuple[StartLine, ...] = (("server_args=ServerArgs(", "server_args=S
 def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                      extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("sglang", source, EXPECTED)
-    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *KV_SCALE_RULES, *extra_rules])
     r = b.report
     r.extra.pop("_max_total_seen", None)
     # dtype: the activation dtype is not printed; with --dtype auto and an 'auto' KV cache the pool

@@ -25,6 +25,7 @@ from quantrack.engines.base import (
     MemoryModel,
     Serving,
 )
+from quantrack.engines.kvscale import RULES as KV_SCALE_RULES
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -707,7 +708,7 @@ def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSo
 
     ``extra_rules``: more rules run in the same pass (the other engines' fallback catalogues)."""
     b = ReportBuilder("vllm", source, EXPECTED)
-    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *KV_SCALE_RULES, *extra_rules])
     r = b.report
     r.extra.pop("_profiling_seen", None)
     for key in ("_quant_from_args", "_kv_from_args", "_dtype_from_args"):

@@ -54,6 +54,10 @@ _GGML_NAMES = {
 _KV_BYTES: dict[str, float] = {
     "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
     "nvfp4": 0.5 + 1 / 16,
+    # vLLM per-token-head: 1 byte + one fp32 scale per (token, head) for K and for V, carved from the KV budget
+    # (vllm@dd10e03f9:vllm/v1/kv_cache_interface.py:L173-L181): 1 + 4 / head_size per element, exact for
+    # head_size 128 (Qwen2.5, Llama 3); approximate (derived) for other head sizes.
+    "fp8_per_token_head": 1.0 + 4 / 128, "int8_per_token_head": 1.0 + 4 / 128,
 }
 _KV_GGML = {"f32", "f16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
 

@@ -95,6 +95,7 @@ class ArmPreflight:
     launch_note: str | None = None
     launch_env: dict[str, str] = field(default_factory=dict)  # the engine's extra environment, secrets redacted
     model_ref: str | None = None  # a model reference not provisioned yet (it stands in the launch line)
+    kv_scales: dict[str, Any] | None = None  # quantrack.engines.kvplan.ScalePlan.to_dict(): which KV scales, and why
 
     @property
     def launch_display(self) -> str | None:
@@ -106,7 +107,7 @@ class ArmPreflight:
             "reasons": [v.to_dict() for v in self.reasons], "engine_flags": self.flags,
             "capacity": self.capacity, "capacity_note": self.capacity_note,
             "launch": self.launch, "launch_display": self.launch_display, "launch_note": self.launch_note,
-            "launch_env": self.launch_env, "model_ref": self.model_ref,
+            "launch_env": self.launch_env, "model_ref": self.model_ref, "kv_scales": self.kv_scales,
         }
 
 
@@ -253,6 +254,17 @@ def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, dict[str
     return redact_argv(argv, secret_values(env)), redact_env(env), None
 
 
+def kv_scale_plan(req: PreflightRequest, arm: Arm) -> dict[str, Any] | None:
+    """Which k/v scales the engine will use for this arm's KV cache (quantrack.engines.kvplan), from the checkpoint's
+    config and safetensors headers (never its weights) and the arm; None when the engine has no such rules."""
+    from quantrack.engines.kvplan import checkpoint_for, plan_scales
+
+    served = arm.model or (req.study.model.path if req.study is not None else None) or req.model_path
+    plan = plan_scales(arm, req.engine, engine_version=req.engine_version, checkpoint=checkpoint_for(served),
+                       engine_args=tuple(req.study.engine.args) if req.study is not None else ())
+    return plan.to_dict() if plan is not None else None
+
+
 def _arm_model_ref(req: PreflightRequest, arm: Arm) -> str | None:
     """The unprovisioned model reference this arm serves, if any."""
     served = arm.model or (req.study.model.path or req.study.model.gguf if req.study is not None else None)
@@ -388,7 +400,8 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
                 launch, env, launch_note = _launch(req, arm)
             results.append(ArmPreflight(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
                                      capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note,
-                                     launch_env=env, model_ref=_arm_model_ref(req, arm) if launch else None))
+                                     launch_env=env, model_ref=_arm_model_ref(req, arm) if launch else None,
+                                     kv_scales=kv_scale_plan(req, arm)))
     return PreflightReport(engine=req.engine, engine_version=version, version_assumed=assumed, cuda=req.cuda,
                            results=results, study=evaluate_study(ctx), notes=list(dict.fromkeys(notes)),
                            gpus=[gpu_facts(g, req.mig) for g in req.gpus])
@@ -482,5 +495,6 @@ def summary_rows(report: PreflightReport) -> list[dict[str, Any]]:
         rules = [v.rule_id + ("?" if v.verdict == UNCHECKED else "") for v in r.reasons if v.verdict != "allow"]
         rows.append({"gpu": r.gpu, "arm": r.arm, "verdict": r.verdict.upper(),
                      "naive_tokens": cap.get("naive_tokens"), "engine_tokens": cap.get("engine_tokens"),
+                     "kv_scales": (r.kv_scales or {}).get("source") or "-",
                      "rules": ", ".join(rules) or "-"})
     return rows

@@ -166,6 +166,11 @@ class ArmRun:
     fallback: Fallback
     contention: dict[str, Contention]
     sweep: dict[int, SweepLevel]
+    kl_method: str | None = None  # teacher-forced | decode-greedy (param kl_method; None: the run predates it)
+    kv_scale_source: str | None = None  # the KV scales the engine's lines showed (quantrack.engines.kvscale)
+    kv_scale_evidence: str | None = None
+    kv_scale_planned: str | None = None  # what preflight planned (quantrack.engines.kvplan)
+    kv_scale_rule: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -230,6 +235,9 @@ def arm_run(r: RunRow) -> ArmRun:
                                      t.get(Tag.CONTENTION_REASONS.format(step=step)) or "")
                     for step in HYGIENE_STEPS},
         sweep=_sweep_levels(m),
+        kl_method=p.get(Param.KL_METHOD), kv_scale_source=t.get(Tag.KV_SCALE_SOURCE),
+        kv_scale_evidence=t.get(Tag.KV_SCALE_EVIDENCE), kv_scale_planned=t.get(Tag.KV_SCALE_PLANNED),
+        kv_scale_rule=t.get(Tag.KV_SCALE_RULE),
     )
 
 

@@ -88,6 +88,8 @@ class AuditRow:
     failure: str | None = None  # a raw log whose start failed: "kind at line N: text" (status FAILED)
     tpot_contention: str | None = None  # the latency step's contention reasons when it ran contended, else None
     tpot_median_contention: bool = False  # the median it is compared against includes a contended TPOT
+    kv_scales: str | None = None  # quantrack.engines.kvplan.ScaleSource value the engine's own lines showed
+    kv_scale_evidence: str | None = None  # "file:line: text" (or the reason when the engine prints no line)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +132,7 @@ def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
             fallback_kinds=fb.kinds, evidence=fb.evidence, capacity_error_pct=r.capacity_error_pct,
             tpot_ms=r.tpot_ms_p50, status=_run_status(r), weights=cfg.weights, unknown_reason=reason,
             tpot_contention=_latency_contention(r),
+            kv_scales=r.kv_scale_source, kv_scale_evidence=r.kv_scale_evidence,
         ))
     return out
 
@@ -266,8 +269,18 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
             degraded_evidence=f"{path.name}:{degraded[0].line_no}: {degraded[0].line.strip()}" if degraded else None,
             engine_evidence=f"line {ev['line_no']}: {ev['marker']}" if ev and ev.get("line_no") else None,
             status=FAILED if failure else None, failure=failure,
+            kv_scales=_kv_scale_fields(path.name, rep.kv_scales)[0],
+            kv_scale_evidence=_kv_scale_fields(path.name, rep.kv_scales)[1],
         ))
     return out
+
+
+def _kv_scale_fields(name: str, kv: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """(source, "file:line: text" or the reason) of a parsed log's KV-scale observation."""
+    if not kv:
+        return None, None
+    ev = (kv.get("evidence") or [None])[0]
+    return kv.get("source"), f"{name}:{ev['line_no']}: {ev['line'].strip()}" if ev else kv.get("reason")
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -402,6 +415,9 @@ def render(report: AuditReport, fmt: str = "table") -> str:
         if r.tpot_contention:
             lines.append(f"⚠ CONTENTION {r.node}: TPOT measured under contention ({r.tpot_contention}); its TPOT and "
                          "every TPOT vs median of its group are not a property of the node")
+    for r in report.rows:  # quantized KV caches: which scales the engine used (quantrack.engines.kvscale)
+        if r.kv_scales and r.kv_scales != "not-quantized":
+            lines.append(f"KV SCALES {r.node}: {r.kv_scales} ({r.kv_scale_evidence or 'no line recorded'})")
     lines.extend(report.warnings)
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED) and not r.failure)
     n_unknown = len(report.unknown)

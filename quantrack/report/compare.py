@@ -67,6 +67,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("fallback", "Fallback", "measured: engine startup log"),
     ("top1_agree", "Top-1 agree", "measured: KL fidelity run"),
     ("kl", "KL", "measured: KL fidelity run (mean nats/token)"),
+    ("kl_method", "KL method", "run param kl_method: teacher-forced or decode-greedy (quantrack.accuracy.kl)"),
+    ("kv_scales", "KV scales", ("measured: the engine's own KV-scale lines (quantrack.engines.kvscale); "
+                                "planned: preflight (quantrack.engines.kvplan), shown where it differs")),
     ("status", "Status", "run status"),
     ("contention", "Contention", ("measured: host contention while each timed step ran (quantrack.measure.hygiene); "
                                   "⚠ marks every figure built on a contended step")),
@@ -174,6 +177,21 @@ def _fallback(r: ArmRun) -> str:
     return fb
 
 
+def _kl_method(r: ArmRun) -> str:
+    """The KL method a run's KL came from; runs without the param predate the decode-side method (teacher-forced
+    was the only one)."""
+    if r.kl_mean is None and r.kl_top1_agree is None:
+        return "—"
+    return r.kl_method or "teacher-forced"
+
+
+def _kv_scales(r: ArmRun) -> str:
+    seen, planned = r.kv_scale_source, r.kv_scale_planned
+    if seen is None:
+        return f"{FILL} (planned {planned})" if planned and planned != "not-quantized" else FILL
+    return seen if not planned or planned == seen else f"{seen} (planned {planned})"
+
+
 def _status(r: ArmRun) -> str:
     return "finished" if r.status == RunStatus.FINISHED else str(r.status)
 
@@ -273,6 +291,8 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "top1_agree": (BASELINE_CELL if arm == base_name else FILL) if r.kl_top1_agree is None
             else f"{r.kl_top1_agree * 100:.1f}%",
             "kl": (BASELINE_CELL if arm == base_name else FILL) if r.kl_mean is None else f"{r.kl_mean:.4f}",
+            "kl_method": _kl_method(r),
+            "kv_scales": _kv_scales(r),
             "status": _status(r),
             "contention": _contention_cell(r),
         }
@@ -299,6 +319,8 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "delta_vs_baseline": None if arm == base_name or acc is None or base_acc is None else acc - base_acc,
             "paired_test": test_info,
             "fallback": r.fallback.state, "fallback_kinds": r.fallback.kinds,
+            "kl_method": r.kl_method, "kv_scale_source": r.kv_scale_source,
+            "kv_scale_planned": r.kv_scale_planned, "kv_scale_evidence": r.kv_scale_evidence,
             "contention": {step: {"state": r.contention_of(step).state, "reasons": r.contention_of(step).reasons}
                            for step in HYGIENE_STEPS},
         })

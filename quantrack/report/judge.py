@@ -110,6 +110,8 @@ class ArmDecision:
     reasons: list[str] = field(default_factory=list)
     rule_messages: dict[str, str] = field(default_factory=dict)  # warning -> the rule's message (preflight artifact)
     skipped: dict[str, int] = field(default_factory=dict)
+    kv_scales: str | None = None  # a quantized KV cache: the scales the engine's lines showed, with the line
+    kl_method: str | None = None  # teacher-forced | decode-greedy (run param kl_method)
 
 
 def arm_levels(r: ArmRun, uri: str | None, need_artifact: bool) -> tuple[dict[int, dict[str, Figure]], bool]:
@@ -332,6 +334,25 @@ def _fallbacks(r: ArmRun) -> list[str]:
     return [f"fallback {kinds}" + (f" — {ev}" if ev else "") + f" (engine log; run {r.run_id})"]
 
 
+def _kv_scales(r: ArmRun) -> str | None:
+    """'1.0 — file:line: text (engine log)' for an arm with a quantized KV cache (quantrack.engines.kvscale);
+    None for an unquantized one or a run that recorded none."""
+    src = r.kv_scale_source
+    if not src or src == "not-quantized":
+        return None
+    ev, planned = r.kv_scale_evidence, r.kv_scale_planned
+    plan = f"; preflight planned {planned}" if planned and planned != src else ""
+    return f"{src}" + (f" — {ev}" if ev else "") + f" (engine log{plan})"
+
+
+def _kv_reasons(a: ArmDecision) -> list[str]:
+    """The evidence lines a KV arm's verdict carries: its KV scales and the method its KL came from."""
+    out = [f"KV scales: {a.kv_scales}"] if a.kv_scales else []
+    if a.kl_method and a.kl.value is not None and not a.baseline:
+        out.append(f"KL method: {a.kl_method}")
+    return out
+
+
 def contention_flags(r: ArmRun) -> list[str] | None:
     """What the run's measurement hygiene recorded (quantrack.measure.hygiene: per step yes / no / unknown and the
     reasons): the reasons of each contended step; [] when every sampled step was clean; None when the run recorded
@@ -424,6 +445,9 @@ def decide_arm(r: ArmRun, base: ArmRun | None, is_base: bool, c: Constraints, pr
     lat_why = _contended_step(r, "latency")
     acc = judge_accuracy(r, base, is_base, c.max_accuracy_drop)
     kl = measured(r.kl_mean, Metric.KL_MEAN, r, "{:.4f}")
+    kl_method = r.kl_method or ("teacher-forced" if r.kl_mean is not None else None)
+    if kl.value is not None and kl_method:
+        kl = Figure(kl.value, kl.kind, f"{kl.source} ({kl_method})", kl.run_id, kl.show())
     top1 = measured(r.kl_top1_agree, Metric.KL_TOP1_AGREE, r, "{:.1%}")
     if is_base and kl.value is None:  # what the others are scored against, not a figure left unmeasured (as compare)
         kl = Figure(None, FigureKind.REFERENCE, "the baseline: every arm's KL is measured against it", r.run_id,
@@ -444,7 +468,8 @@ def decide_arm(r: ArmRun, base: ArmRun | None, is_base: bool, c: Constraints, pr
         tpot_b1=_flagged(measured(r.tpot_ms_p50, Metric.TPOT_MS_P50, r, "{:.2f} ms"), [lat_why] if lat_why else []),
         levels=levels, slo_checks=checks, slo_level=level, throughput=tps, throughput_x=tps_x,
         cost=_cost(r, level, tps, prices), acc=acc, kl=kl, top1=top1, kl_status=kl_status,
-        warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r))
+        warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r),
+        kv_scales=_kv_scales(r), kl_method=kl_method)
     if a.warnings:
         a.rule_messages = _rule_messages(r, uri)
     set_verdict(a, c)
@@ -496,6 +521,7 @@ def set_verdict(a: ArmDecision, c: Constraints) -> None:
     reasons += [f"warning: {w}" + (f" — {a.rule_messages[w]}" if w in a.rule_messages else "")
                 for w in a.warnings]
     reasons += [f"warning: {w}" for w in a.fallbacks]
+    reasons += _kv_reasons(a)
     if a.contention:
         reasons += [f"contention: {x}" for x in a.contention]
     if misses or acc_bad:

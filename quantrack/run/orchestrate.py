@@ -239,7 +239,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 else:
                     base_arm = baseline.arm if baseline is not None else study.baseline
                     say(f"[{arm.name}] kl: {study.eval.kl_tokens} positions, top-{study.eval.kl_top_k}, "
-                        f"against {base_arm.name}")
+                        f"{study.eval.kl_method}, against {base_arm.name}")
                     out.kl = _run_step(out, "kl", lambda: step_kl(study, arm, base_url, base_arm, workdir, say))
                     say(f"[{arm.name}] kl: top-1 agreement {out.kl.top1_agree * 100:.1f}%, "
                         f"mean KL {out.kl.kl_mean:.4f} nats over {out.kl.n_positions} positions (measured)"

@@ -146,6 +146,7 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     if study.kl_wanted(arm):
         rec.param(Param.KL_TOKENS, study.eval.kl_tokens)
         rec.param(Param.KL_TOP_K, study.eval.kl_top_k)
+        rec.param(Param.KL_METHOD, study.eval.kl_method)
         rec.param(Param.KL_BASELINE, study.baseline.name)
 
 
@@ -180,7 +181,28 @@ def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
         rec.tag(Tag.ATTENTION_BACKEND, rep.attention_backend)
         rec.tag(Tag.LOG_QUANTIZATION, rep.quantization)
         rec.tag(Tag.LOG_NOT_FOUND, ",".join(rep.not_found) or None)
+        if rep.kv_scales:
+            rec.tag(Tag.KV_SCALE_SOURCE, rep.kv_scales.get("source"))
+            ev = (rep.kv_scales.get("evidence") or [None])[0]
+            rec.tag(Tag.KV_SCALE_EVIDENCE, f"{Path(str(rep.source or 'log')).name}:{ev['line_no']}: "
+                                           f"{ev['line'][:300]}" if ev else rep.kv_scales.get("reason"))
+    _kv_plan_tags(rec, study, arm)
     rec.tag(Tag.DERIVED_METRICS, ",".join(schema.DERIVED_METRICS))
+
+
+def _kv_plan_tags(rec: RunRecord, study: Study, arm: Arm) -> None:
+    """What preflight's KV-scale plan said for this arm (quantrack.engines.kvplan), beside what the log showed."""
+    from quantrack.engines.kvplan import checkpoint_for, plan_scales
+    from quantrack.errors import QuantrackError
+
+    try:
+        plan = plan_scales(arm, study.engine.kind, engine_version=study.engine.version,
+                           checkpoint=checkpoint_for(arm.model or study.model.path), engine_args=study.engine.args)
+    except QuantrackError:
+        return
+    if plan is not None:
+        rec.tag(Tag.KV_SCALE_PLANNED, plan.source.value)
+        rec.tag(Tag.KV_SCALE_RULE, plan.rule_id)
 
 
 def _metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -> None:

@@ -95,6 +95,7 @@ class Param:
     KL_BASELINE = "kl_baseline"
     KL_TOKENS = "kl_tokens"
     KL_TOP_K = "kl_top_k"
+    KL_METHOD = "kl_method"  # quantrack.accuracy.kl.KLMethod: teacher-forced | decode-greedy
     KV_CACHE_DTYPE = "kv_cache_dtype"
     KV_CACHE_DTYPE_EFFECTIVE = "kv_cache_dtype_effective"
     LATENCY_ENDPOINT = "latency_endpoint"
@@ -185,6 +186,12 @@ class Tag:
     GSM8K_DATA_SHA256 = "quantrack.gsm8k_data_sha256"
     GSM8K_SOURCE = "quantrack.gsm8k_source"
     LOG_NOT_FOUND = "quantrack.log_not_found"
+    # KV-cache scales (quantrack.engines.kvplan.ScaleSource values): what preflight planned from the checkpoint and arm,
+    # and what the engine's own lines showed (quantrack.engines.kvscale), with the deciding line
+    KV_SCALE_PLANNED = "quantrack.kv_scale_planned"
+    KV_SCALE_RULE = "quantrack.kv_scale_rule"
+    KV_SCALE_SOURCE = "quantrack.kv_scale_source"
+    KV_SCALE_EVIDENCE = "quantrack.kv_scale_evidence"
     LOG_QUANTIZATION = "quantrack.log_quantization"
     ROLE = "quantrack.role"
     RULE_IDS = "quantrack.rule_ids"

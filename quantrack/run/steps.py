@@ -293,7 +293,7 @@ def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path,
         progress(f"[{arm.name}] kl: baseline {baseline.name!r} served at {srv.base_url} (pid {srv.pid}) "
                  "for the KL run only")
         return run_kl(srv.base_url, base_url, study.engine.kind, tokens=ev.kl_tokens, top_k=ev.kl_top_k,
-                      progress=say, timeout_s=_request_timeout(study, 300.0))
+                      progress=say, timeout_s=_request_timeout(study, 300.0), method=ev.kl_method)
 
 
 def step_plot(arm: Arm, sweep: SweepResult, baseline: ArmOutcome, workdir: Path,
