@@ -111,6 +111,10 @@ class SweepSpec:
     repeats: int = setting(default=1, help="Times each level is measured (mean and 95% t-interval when > 1).",
                            ge=1, le=100)
     scrape: bool = setting(default=True, help="Scrape the server's /metrics during each level.")
+    dataset: str = setting(default="random", help="Prompts: random filler of exact lengths, or GSM8K test questions "
+                           "with their reference answers' lengths as output.", choices=("random", "gsm8k"))
+    range_ratio: float = setting(default=0.0, help="Random lengths uniform in [L(1-r), L(1+r)] (as vLLM's "
+                                 "--random-range-ratio); 0 = fixed.", ge=0, le=0.99, flag="--random-range-ratio")
 
 
 @settings

@@ -54,6 +54,8 @@ Examples:
                 "(the grammar of vllm bench serve --goodput).")
 @setting_option(SweepSpec, "slo_search")
 @setting_option(SweepSpec, "repeats")
+@setting_option(SweepSpec, "dataset", "--dataset-name")
+@setting_option(SweepSpec, "range_ratio")
 @click.option("--no-scrape", is_flag=True, help="Do not read the server's /metrics during the levels.")
 @setting_option(SweepSpec, "requests_per_level")
 # --random-input-len / --random-output-len: `vllm bench serve` and `sglang.bench_serving` (random dataset,
@@ -85,6 +87,8 @@ def sweep(
     goodput: str | None,
     slo_search: str | None,
     repeats: int,
+    dataset: str,
+    range_ratio: float,
     no_scrape: bool,
     requests_per_level: int,
     input_tokens: int,
@@ -128,7 +132,8 @@ def sweep(
     levels = list(concurrency) if concurrency is not None else ([] if rates else [1, 4, 16, 64])
     load = LoadOptions(arrival=arrival, seed=seed, max_concurrency=max_concurrency or None,
                        slo=parse_request_slo(goodput) if goodput else None, repeats=repeats, scrape=not no_scrape,
-                       search=parse_criterion(slo_search) if slo_search else None)
+                       search=parse_criterion(slo_search) if slo_search else None, dataset=dataset,
+                       range_ratio=range_ratio)
     try:
         result = run_sweep(
             base_url,

@@ -77,7 +77,7 @@ SWEEP_FORMULAS = {
 }
 # figures of a level that get a mean and interval over repeats
 REPEAT_FIGURES = ("output_tok_s", "request_s", "ttft_p50_ms", "tpot_p50_ms", "tpot_p95_ms", "e2e_p50_ms",
-                  "goodput_request_s")
+                  "goodput_request_s", "achieved_rate")
 
 
 def default_requests(concurrency: int) -> int:
@@ -207,7 +207,7 @@ def merge_repeats(runs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[st
             row[k] = st["mean"]
     row["repeats"] = len(runs)
     row["repeat_stats"] = stats
-    row["runs"] = [{k: r.get(k) for k in (*REPEAT_FIGURES, "wall_s", "requests", "n_ok", "achieved_rate")}
+    row["runs"] = [{k: r.get(k) for k in (*REPEAT_FIGURES, "wall_s", "requests", "n_ok")}
                    for r in runs]
     return row
 
@@ -237,11 +237,15 @@ class LoadOptions:
     scrape_interval_s: float = 0.5
     search: LevelCriterion | None = None
     search_levels: int = 3  # extra levels the SLO search may measure
+    keep_samples: bool = False  # each row keeps its per-request samples (bench/parity_vllm_bench.py)
+    dataset: str = "random"  # random: filler of exact token counts; gsm8k: test questions, answers' lengths out
+    range_ratio: float = 0.0  # random: lengths uniform in [L(1-r), L(1+r)] (vllm bench serve --random-range-ratio)
 
     def to_dict(self) -> dict[str, Any]:
         return {"arrival": self.arrival, "seed": self.seed, "max_concurrency": self.max_concurrency,
                 "slo": self.slo.to_dict() if self.slo else None, "repeats": self.repeats, "scrape": self.scrape,
-                "search": self.search.text if self.search else None}
+                "search": self.search.text if self.search else None, "dataset": self.dataset,
+                "range_ratio": self.range_ratio}
 
 
 async def _run_level(
@@ -257,8 +261,10 @@ async def _run_level(
     progress: Progress | None,
     opts: LoadOptions,
     seed: int = 0,
+    lens: list[tuple[int | None, int]] | None = None,
 ) -> tuple[list[StreamSample], float, list[float], list[float]]:
-    """(samples, wall seconds, send times, dispatch lags) of one level."""
+    """(samples, wall seconds, send times, dispatch lags) of one level; ``lens``: (input, output) tokens per
+    request when they vary (None input: a text prompt of natural length)."""
     import asyncio
 
     n = len(prompts.prompts)
@@ -270,10 +276,11 @@ async def _run_level(
 
     async def one(i: int, prompt: str | list[int]) -> None:
         nonlocal done
-        path, payload = build_payload(engine, model=model, prompt=prompt, max_tokens=output_tokens, chat=chat)
+        n_in, n_out = lens[i] if lens else (input_tokens, output_tokens)
+        path, payload = build_payload(engine, model=model, prompt=prompt, max_tokens=n_out, chat=chat)
         t_sent, sample = await client.stream(path, payload, chat=chat)
         sent_at.append(t_sent)
-        samples[i] = validate_sample(sample, output_tokens=output_tokens, input_tokens=input_tokens)
+        samples[i] = validate_sample(sample, output_tokens=n_out, input_tokens=n_in)
         done += 1
         if progress:
             progress(phase, done, n)
@@ -363,19 +370,21 @@ def run_sweep(
                                            else default_rate_requests(level.rate or 1.0))
                 runs, pooled, walls = [], [], 0.0
                 for rep in range(opts.repeats):
-                    ps = prepare_prompts(sync, engine, result.model, count=n, input_tokens=input_tokens, chat=chat,
-                                         start=state["offset"])
+                    ps, lens = level_prompts(sync, engine, result.model, n, input_tokens, output_tokens, chat,
+                                             state["offset"], opts, opts.seed + 7919 * rep + len(result.rows))
                     state["offset"] += n
                     result.prompt = ps.method
                     cpu0 = time.process_time()
                     samples, wall, sent, lags, scraped = asyncio_run(_level(
                         base_url, api_key, timeout, engine, result.model, ps, level, output_tokens, input_tokens,
-                        chat, progress, opts, opts.seed + rep))
+                        chat, progress, opts, opts.seed + rep, lens))
                     cpu = time.process_time() - cpu0
                     row = level_row(level.concurrency, samples, wall, rate=level.rate, sent_at=sent, lag_s=lags,
                                     slo=opts.slo, client_cpu_s=cpu, max_concurrency=opts.max_concurrency)
                     if scraped is not None:
                         row["server_metrics"] = scraped
+                    if opts.keep_samples:
+                        row["samples"] = [dict(x.to_dict(), t_start=x.t_start) for x in samples]
                     runs.append(row)
                     pooled.extend(samples)
                     walls += wall
@@ -417,6 +426,67 @@ def _check_levels(concurrency: list[int], rates: list[float], requests_per_level
         raise BadInput(f"--max-concurrency must be >= 1 (got {opts.max_concurrency})")
     if opts.repeats < 1:
         raise BadInput(f"--repeats must be >= 1 (got {opts.repeats})")
+    if opts.dataset not in DATASETS:
+        raise BadInput(f"--dataset must be one of {', '.join(DATASETS)} (got {opts.dataset!r})")
+    if not 0 <= opts.range_ratio < 1:
+        raise BadInput(f"--random-range-ratio must be in [0, 1) (got {opts.range_ratio})")
+
+
+DATASETS = ("random", "gsm8k")
+
+
+def range_lengths(n: int, nominal: int, ratio: float, seed: int, minimum: int = 1) -> list[int]:
+    """``n`` lengths uniform on the integers [int(L(1 - r)), int(L(1 + r))] (vLLM's random dataset with
+    ``--random-range-ratio r``), at least ``minimum``; seeded."""
+    import random
+
+    if ratio <= 0:
+        return [nominal] * n
+    rng = random.Random(seed)
+    lo, hi = max(minimum, int(nominal * (1 - ratio))), max(minimum, int(nominal * (1 + ratio)))
+    return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def level_prompts(sync: HttpStreamClient, engine: str, model: str | None, n: int, input_tokens: int,
+                  output_tokens: int, chat: bool, start: int, opts: LoadOptions,
+                  seed: int) -> tuple[PromptSet, list[tuple[int | None, int]] | None]:
+    """The level's prompts and, when lengths vary, (input, output) tokens per request."""
+    if opts.dataset == "gsm8k":
+        return gsm8k_prompts(sync, engine, model, n, start)
+    if opts.range_ratio <= 0:
+        return prepare_prompts(sync, engine, model, count=n, input_tokens=input_tokens, chat=chat, start=start), None
+    ins = range_lengths(n, input_tokens, opts.range_ratio, seed)
+    outs = range_lengths(n, output_tokens, opts.range_ratio, seed + 1, minimum=2)
+    prompts: list[str | list[int]] = []
+    exact = True
+    for i, n_in in enumerate(ins):
+        ps = prepare_prompts(sync, engine, model, count=1, input_tokens=n_in, chat=chat, start=start + i)
+        prompts.extend(ps.prompts)
+        exact = exact and ps.exact
+    method = (f"{'exact' if exact else 'approximate'}: lengths uniform in [{min(ins)}, {max(ins)}] in and "
+              f"[{min(outs)}, {max(outs)}] out (range ratio {opts.range_ratio:g}, seed {seed})")
+    return PromptSet(prompts=prompts, exact=exact, method=method), [
+        (n_in if exact else None, n_out) for n_in, n_out in zip(ins, outs)]
+
+
+def gsm8k_prompts(sync: HttpStreamClient, engine: str, model: str | None, n: int,
+                  start: int) -> tuple[PromptSet, list[tuple[int | None, int]]]:
+    """GSM8K test questions as prompts (their natural lengths) and, as each request's output length, the token
+    count of that question's reference answer (the server's /tokenize): real input/output length pairs."""
+    from quantrack.accuracy.gsm8k import load_data
+    from quantrack.errors import MeasurementError
+    from quantrack.measure.prompts import server_tokenizer
+
+    test = load_data(0).test
+    tokenize = server_tokenizer(engine, sync.request_json, model)
+    qs = [test[(start + i) % len(test)] for i in range(n)]
+    try:
+        outs = [max(2, len(tokenize(q["answer"]))) for q in qs]
+    except MeasurementError as exc:
+        raise MeasurementError(f"dataset gsm8k needs the server's /tokenize for the answers' lengths: {exc}") from None
+    method = (f"gsm8k: test questions {start % len(test)}.. as text ({len(test)} shipped), output = the reference "
+              f"answer's token count ({min(outs)}-{max(outs)})")
+    return PromptSet(prompts=[q["question"] for q in qs], exact=False, method=method), [(None, o) for o in outs]
 
 
 def load_options(sw: Any) -> LoadOptions:
@@ -426,7 +496,8 @@ def load_options(sw: Any) -> LoadOptions:
     return LoadOptions(arrival=sw.arrival, seed=sw.seed, max_concurrency=sw.max_concurrency or None,
                        slo=parse_request_slo(sw.goodput, "[sweep] goodput") if sw.goodput else None,
                        repeats=sw.repeats, scrape=sw.scrape,
-                       search=parse_criterion(sw.slo_search, "[sweep] slo_search") if sw.slo_search else None)
+                       search=parse_criterion(sw.slo_search, "[sweep] slo_search") if sw.slo_search else None,
+                       dataset=sw.dataset, range_ratio=sw.range_ratio)
 
 
 def default_rate_requests(rate: float) -> int:
@@ -479,6 +550,7 @@ async def _level(
     progress: Progress | None,
     opts: LoadOptions,
     seed: int,
+    lens: list[tuple[int | None, int]] | None = None,
 ) -> tuple[list[StreamSample], float, list[float], list[float], dict[str, Any] | None]:
     import asyncio
 
@@ -494,7 +566,7 @@ async def _level(
             task = asyncio.create_task(scraper.run())
         samples, wall, sent, lags = await _run_level(
             client, engine, model, prompts, level, output_tokens=output_tokens, input_tokens=input_tokens,
-            chat=chat, progress=progress, opts=opts, seed=seed)
+            chat=chat, progress=progress, opts=opts, seed=seed, lens=lens)
         scraped = None
         if scraper is not None and task is not None:
             task.cancel()

@@ -129,6 +129,8 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     if study.sweep.concurrency or study.sweep.rates:
         rec.param(Param.SWEEP_GOODPUT_SLO, study.sweep.goodput)
         rec.param(Param.SWEEP_REPEATS, study.sweep.repeats)
+        rec.param(Param.SWEEP_DATASET, study.sweep.dataset)
+        rec.param(Param.SWEEP_RANGE_RATIO, study.sweep.range_ratio)
     if study.eval.task:
         rec.param(Param.EVAL_TASK, study.eval.task)
         rec.param(Param.EVAL_NUM_QUESTIONS, study.eval.num_questions)

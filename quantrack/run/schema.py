@@ -74,6 +74,8 @@ class Param:
     SWEEP_MAX_CONCURRENCY = "sweep_max_concurrency"
     SWEEP_GOODPUT_SLO = "sweep_goodput_slo"  # per-request SLOs in ms (ttft:500,tpot:50)
     SWEEP_REPEATS = "sweep_repeats"
+    SWEEP_DATASET = "sweep_dataset"  # random | gsm8k
+    SWEEP_RANGE_RATIO = "sweep_range_ratio"
     TP = "tp"
     WEIGHTS = "weights"
 

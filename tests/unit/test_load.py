@@ -24,7 +24,7 @@ from quantrack.measure.load import (
     within_noise,
 )
 from quantrack.measure.scrape import Scrape, ScrapeLog, parse_prometheus, summarize_scrapes
-from quantrack.measure.sweep import level_label, level_row, merge_repeats
+from quantrack.measure.sweep import level_label, level_row, merge_repeats, range_lengths
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "real" / "llamacpp-cpu"
 
@@ -163,3 +163,11 @@ def test_scrape_summary_says_what_llamacpp_does_not_serve() -> None:
     assert v["prefix_cache_hit_rate"] == 0.25
     empty = summarize_scrapes(ScrapeLog("vllm", errors=["/metrics answered HTTP 404"]))
     assert empty["n_scrapes"] == 0 and empty["unknown"]["running_max"] == "/metrics answered HTTP 404"
+
+
+def test_range_ratio_lengths_are_vllms_uniform_integers() -> None:
+    assert range_lengths(5, 100, 0.0, seed=1) == [100] * 5
+    got = range_lengths(2000, 100, 0.5, seed=1)
+    assert got == range_lengths(2000, 100, 0.5, seed=1) and min(got) == 50 and max(got) == 150
+    assert abs(statistics.mean(got) - 100) < 2  # uniform on [50, 150]: SE 0.65
+    assert min(range_lengths(50, 4, 0.9, seed=2, minimum=2)) >= 2
