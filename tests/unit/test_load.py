@@ -171,3 +171,43 @@ def test_range_ratio_lengths_are_vllms_uniform_integers() -> None:
     assert got == range_lengths(2000, 100, 0.5, seed=1) and min(got) == 50 and max(got) == 150
     assert abs(statistics.mean(got) - 100) < 2  # uniform on [50, 150]: SE 0.65
     assert min(range_lengths(50, 4, 0.9, seed=2, minimum=2)) >= 2
+
+
+def _row(arm: str, metrics: dict[str, float], tags: dict[str, str] | None = None) -> object:
+    from quantrack.tracking import RunRow
+
+    return RunRow(run_id=f"id-{arm}", experiment_id="1", run_name=arm, status="FINISHED", start_time=1,
+                  end_time=2, params={}, metrics=metrics,
+                  tags={"quantrack.arm": arm, "quantrack.baseline": "true" if arm == "a" else "false", **(tags or {})})
+
+
+def test_compare_wide_load_columns_and_noise_note() -> None:
+    from quantrack.report.compare import build_table, render
+    from quantrack.report.decision import load_explanation
+
+    base = {"sweep_output_tps_c4": 100.0, "sweep_output_tps_ci_low_c4": 95.0, "sweep_output_tps_ci_high_c4": 105.0,
+            "sweep_tpot_ms_p95_c4": 12.5, "sweep_engine_kv_usage_max_c4": 0.35, "sweep_engine_running_max_c4": 4.0,
+            "sweep_engine_waiting_max_c4": 0.0, "sweep_output_tps_c1": 30.0}
+    arm = dict(base, sweep_output_tps_c4=103.0, sweep_output_tps_ci_low_c4=99.0, sweep_output_tps_ci_high_c4=107.0,
+               sweep_engine_kv_usage_max_c4=0.97, sweep_engine_preemptions_c4=3.0, sweep_engine_waiting_max_c4=5.0,
+               sweep_goodput_rps_c4=1.5, sweep_goodput_fraction_c4=0.75, sweep_slo_limit=2.0)
+    tags = {"quantrack.sweep_slo_search": "tpot_p95<=50ms", "quantrack.sweep_slo_search_mode": "concurrency",
+            "quantrack.sweep_slo_search_first_miss": "3"}
+    t = build_table("x", [_row("a", base), _row("b", arm, tags)], baseline="a")  # type: ignore[list-item]
+    wide = render(t, "table", wide=True)
+    for head in ("Sweep level", "Sweep out tok/s", "TPOT p95", "Goodput req/s", "Engine KV / run / wait", "SLO limit"):
+        assert head in wide
+    rows = {r["arm"]: r for r in t.rows}
+    assert rows["a"]["sweep_tps"] == "100.0 [95.0–105.0]" and rows["a"]["engine_view"] == "0.35 / 4 / 0"
+    assert rows["a"]["goodput"] == "— (no goodput SLO)" and rows["a"]["slo_limit"] == "— (no slo_search)"
+    assert rows["b"]["goodput"] == "1.500" and rows["b"]["slo_limit"] == "c2 (tpot_p95<=50ms; first miss c3)"
+    assert any("≈ sweep throughput of b at c4 lies within run-to-run noise of a" in n for n in t.notes)
+    assert "sweep_levels" in t.raw[1] and t.raw[1]["sweep_levels"]["c4"]["engine_preemptions"] == 3.0
+    expl = load_explanation(_row("b", arm, tags))  # type: ignore[arg-type]
+    assert expl[0].startswith("SLO search tpot_p95<=50ms: highest measured level meeting it c2; first miss c3")
+    assert expl[1] == "goodput at c4: 1.5 req/s (75% of requests met every per-request SLO)"
+    assert "KV cache peaked at 97%, 3 preemptions, up to 5 waiting: capacity-bound" in expl[2]
+    assert "the cache never filled" in load_explanation(_row("a", base))[0]  # type: ignore[arg-type]
+    # a run without load figures keeps the old columns (goldens unchanged)
+    plain = build_table("x", [_row("a", {"sweep_output_tps_c4": 1.0})], baseline="a")  # type: ignore[list-item]
+    assert "Sweep level" not in render(plain, "table", wide=True)
