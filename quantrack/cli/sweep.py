@@ -178,6 +178,9 @@ def sweep(
         raise MeasurementError(f"{failed} requests failed: {text} (use --allow-failures to accept)")
 
 
+RAMP_WARN = 0.9  # a closed-loop level whose mean in-flight requests fall below this share of C is ramp/drain-bound
+
+
 def _no_num_prompts(value: int | None) -> None:
     """vLLM/SGLang's --num-prompts counts every request of a run; quantrack's --requests counts per level."""
     if value is not None:
@@ -226,6 +229,13 @@ def _render_sweep(data: dict[str, Any]) -> str:
                      f"{load.get('max_concurrency') or 'none'}; (achieved) = (sent - 1) / dispatch span")
     if (load.get("repeats") or 1) > 1:
         lines.append(f"repeats: {load['repeats']} per level; figures are means, [95% t-interval] of out tok/s")
+    thin = [f"{level_label(r)} {r['mean_in_flight'] / r['concurrency']:.0%}" for r in data["rows"]
+            if r.get("mode") != "rate" and isinstance(r.get("mean_in_flight"), (int, float))
+            and r.get("concurrency") and r["mean_in_flight"] / r["concurrency"] < RAMP_WARN]
+    if thin:
+        lines.append("⚠ mean requests in flight / level below 90% (ramp-up and drain inside the wall time): "
+                     + ", ".join(thin) + "; raise --requests (vllm bench serve's --num-prompts default is 1000) "
+                     "for steady-state figures")
     if any(r.get("server_metrics") for r in data["rows"]):
         lines.append("KV max / run max / wait max: the engine's own /metrics during the level (- = not served)")
     s_ = data.get("slo_search")

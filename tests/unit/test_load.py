@@ -211,3 +211,38 @@ def test_compare_wide_load_columns_and_noise_note() -> None:
     # a run without load figures keeps the old columns (goldens unchanged)
     plain = build_table("x", [_row("a", {"sweep_output_tps_c4": 1.0})], baseline="a")  # type: ignore[list-item]
     assert "Sweep level" not in render(plain, "table", wide=True)
+
+
+def test_sweep_render_warns_on_ramp_and_drain_and_shows_the_search() -> None:
+    from quantrack.cli.sweep import _render_sweep
+    from quantrack.measure.sweep import SWEEP_FORMULAS
+
+    samples = [_sample(0.1, 0.8) for _ in range(4)]
+    r4 = level_row(4, samples, 1.0)  # 4 x 0.8 s busy in 1 s: 80% of 4 in flight
+    r4["search"] = True
+    data = {"label": "x", "engine": "llamacpp", "base_url": "http://h", "model": "m", "input_tokens": 16,
+            "prompt": "exact", "output_tokens": 8, "rows": [level_row(1, samples[:1], 0.8), r4],
+            "load": {"slo": {"ttft_ms": 500.0}, "repeats": 1}, "interrupted": False, "formulas": SWEEP_FORMULAS,
+            "slo_search": {"criterion": "tpot_p95<=50ms", "mode": "concurrency", "limit": 1, "first_miss": 4}}
+    text = _render_sweep(data)
+    assert "⚠ mean requests in flight / level below 90% (ramp-up and drain inside the wall time): c4 80%" in text
+    assert "c1 " not in text.split("⚠", 1)[1]  # c1: 0.8 s busy in 0.8 s = 100%
+    assert "SLO search tpot_p95<=50ms: highest measured concurrency meeting it: 1; first miss 4" in text
+    assert "c4*" in text and "goodput SLO (per request, ms): ttft_ms <= 500" in text
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--goodput", "tft:5"], "--goodput 'tft:5': expected KEY:MS with KEY one of ttft, tpot, e2el (did you mean 'ttft'?)"),
+    (["--slo-search", "tpot_p95<=5"], "--slo-search 'tpot_p95<=5': the limit must be a positive number with a unit"),
+    (["--rate", "0"], "--rate: expected a list of numbers in (0, 1000000], got [0.0]"),
+    (["--arrival", "gamma"], "--arrival"),
+    (["--rate", "1", "--concurrency", "2", "--slo-search", "tpot_p95<=5ms"], "--slo-search bisects one kind of level"),
+])
+def test_sweep_bad_load_options_are_one_line_exit_2(args: list[str], msg: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--engine", "llamacpp", "--base-url", "http://127.0.0.1:9", *args])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and msg in err, err
