@@ -287,6 +287,7 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
                 rec.metric(schema.latency_stat(key, "mean"), s.mean)
             if key in ("itl_ms", "ttft_ms", "tpot_ms"):
                 rec.metric(schema.latency_stat(key, "p90"), s.p90)
+                rec.metric(schema.latency_stat(key, "p95"), s.p95)
                 rec.metric(schema.latency_stat(key, "p99"), s.p99)
             if key in ("tpot_ms", "ttft_ms") and s.ci95_low is not None:
                 rec.metric(schema.latency_stat(key, "ci_low"), s.ci95_low)
@@ -317,6 +318,7 @@ def _latency_row_metrics(rec: RunRecord, row: dict[str, Any] | None) -> None:
             rec.metric(schema.latency_stat(name, "mean"), s.get("mean"))
             if key in ("itl_ms", "ttft_ms", "tpot_ms"):
                 rec.metric(schema.latency_stat(name, "p90"), s.get("p90"))
+                rec.metric(schema.latency_stat(name, "p95"), s.get("p95"))
                 rec.metric(schema.latency_stat(name, "p99"), s.get("p99"))
             if key in ("tpot_ms", "ttft_ms"):
                 rec.metric(schema.latency_stat(name, "ci_low"), s.get("ci95_low"))
