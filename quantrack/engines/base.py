@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from quantrack.arms import Arm
 
@@ -121,6 +121,12 @@ class EngineAdapter(ABC):
     profile_settings: bool = False  # max_num_batched_tokens / max_num_seqs shape its memory profile run
 
     max_prompt_logprobs: int | None = None  # the most top-k log-probabilities per prompt position by default
+    # the engine's own view during a sweep level (quantrack.measure.scrape): Prometheus series per figure, the
+    # first name present wins (kv_usage, running, waiting: gauges; preemptions, prefix_hits / prefix_queries,
+    # prompt_cached / prompt_uncached: counters; prefix_hit_rate: a gauge); slots_path: busy slots, if served
+    metrics_path: str = "/metrics"
+    slots_path: str | None = None
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     # -- wire format (pure; quantrack.engines.scoring) ------------------------------------------------
     def tokenize_request(self, text: str, add_special: bool = True,

@@ -13,7 +13,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
@@ -407,6 +407,14 @@ def have_llama_server(binary: str | None = None) -> bool:
 
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
+    # observed from the xllamacpp 2026.10.11549 server started with --metrics: no KV-usage gauge, no preemptions
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        "prompt_uncached": ("llamacpp:prompt_tokens_total",),
+        "prompt_cached": ("llamacpp:prompt_tokens_cached_total",),
+    }
+    slots_path = "/slots"
     label = "llama.cpp"
     default_port = 8080
     health_path = "/health"  # 200 with {"status": "ok"} once the model is loaded

@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from quantrack.arms import Arm
 from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
@@ -328,6 +328,14 @@ def parse_server_info(obj: Any) -> dict[str, Any]:
 
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
+    # with --enable-metrics (python/sglang/srt/metrics/collector.py); not yet checked against a live server
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kv_usage": ("sglang:token_usage",),
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "preemptions": ("sglang:num_retracted_reqs",),
+        "prefix_hit_rate": ("sglang:cache_hit_rate",),
+    }
     label = "SGLang"
     loaded_fields = ("weights_gib", "kv_cache_tokens", "available_kv_gib")
     pip_requirement = "sglang"

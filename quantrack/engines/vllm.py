@@ -11,7 +11,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
 from quantrack.engines import DEFAULT_UTIL
@@ -506,6 +506,15 @@ def parse_models(obj: Any) -> dict[str, Any]:
 
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
+    # V1 metrics (vllm/v1/metrics/loggers.py; vllm@v0.31.0 :677 names vllm:num_preemptions, exposed with _total)
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+        "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
+        "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
+    }
     label = "vLLM"
     default_util = DEFAULT_UTIL  # vllm 0.25.0 vllm/config/cache.py:L68
     start_checks_memory_share = True  # vllm@4ba787ec9:vllm/v1/worker/utils.py:L761-L770 (engine-facts §4.1)

@@ -9,7 +9,7 @@ While a level runs, :class:`MetricsScraper` reads the server's metrics endpoint 
 * ``preemptions``: counter increase over the level;
 * ``prefix_cache_hit_rate``: cached prompt tokens / prompt tokens, from counter increases over the level.
 
-Which series each engine serves (names in :data:`ENGINE_SERIES`):
+Which series each engine serves (each adapter's ``metric_series`` in ``quantrack.engines``):
 
 * vLLM (V1 engine, ``vllm/v1/metrics/loggers.py``): ``vllm:kv_cache_usage_perc`` (older: ``vllm:gpu_cache_usage_perc``),
   ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:num_preemptions_total``,
@@ -31,30 +31,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-# figure -> candidate series names (first present wins), per engine; "kind" says gauge or counter
-ENGINE_SERIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "vllm": {
-        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        "running": ("vllm:num_requests_running",),
-        "waiting": ("vllm:num_requests_waiting",),
-        "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
-        "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
-        "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
-    },
-    "sglang": {
-        "kv_usage": ("sglang:token_usage",),
-        "running": ("sglang:num_running_reqs",),
-        "waiting": ("sglang:num_queue_reqs",),
-        "preemptions": ("sglang:num_retracted_reqs",),
-        "prefix_hit_rate": ("sglang:cache_hit_rate",),
-    },
-    "llamacpp": {
-        "running": ("llamacpp:requests_processing",),
-        "waiting": ("llamacpp:requests_deferred",),
-        "prompt_uncached": ("llamacpp:prompt_tokens_total",),
-        "prompt_cached": ("llamacpp:prompt_tokens_cached_total",),
-    },
-}
+
+def engine_series(engine: str) -> dict[str, tuple[str, ...]]:
+    """figure -> candidate series names for ``engine`` (its adapter's ``metric_series``)."""
+    from quantrack.engines import get_adapter
+
+    return dict(get_adapter(engine).metric_series)
+
+
 GAUGES = ("kv_usage", "running", "waiting")
 FIGURES = ("kv_usage_max", "kv_usage_mean", "running_max", "running_mean", "waiting_max", "waiting_mean",
            "preemptions", "prefix_cache_hit_rate", "busy_slots_max")
@@ -106,6 +90,7 @@ class ScrapeLog:
 
     engine: str
     path: str = "/metrics"
+    slots_path: str | None = None
     samples: list[Scrape] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -117,7 +102,7 @@ def _delta(first: Scrape, last: Scrape, names: tuple[str, ...]) -> float | None:
 
 def summarize_scrapes(log: ScrapeLog) -> dict[str, Any]:
     """The level's engine figures (see the module docstring) plus ``n_scrapes``, ``source`` and ``unknown``."""
-    names = ENGINE_SERIES.get(log.engine, {})
+    names = engine_series(log.engine)
     out: dict[str, Any] = {"source": f"{log.engine} {log.path} (measured by the engine)", "n_scrapes": len(log.samples)}
     unknown: dict[str, str] = {}
     for k in FIGURES:
@@ -150,8 +135,8 @@ def summarize_scrapes(log: ScrapeLog) -> dict[str, Any]:
     slots = [s.busy_slots for s in log.samples if s.busy_slots is not None]
     if slots:
         out["busy_slots_max"] = max(slots)
-    elif log.engine == "llamacpp":
-        unknown["busy_slots_max"] = "/slots did not answer"
+    elif log.slots_path:
+        unknown["busy_slots_max"] = f"{log.slots_path} did not answer"
     if log.errors:
         out["errors"] = sorted(set(log.errors))[:3]
     out["unknown"] = unknown
@@ -190,7 +175,10 @@ class MetricsScraper:
         self.base = base_url.rstrip("/")
         self.engine = engine
         self.interval = interval
-        self.log = ScrapeLog(engine=engine)
+        from quantrack.engines import get_adapter
+
+        adapter = get_adapter(engine)
+        self.log = ScrapeLog(engine=engine, path=adapter.metrics_path, slots_path=adapter.slots_path)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._api_key = api_key
 
@@ -198,18 +186,18 @@ class MetricsScraper:
         from quantrack.measure.client import _scrub, describe_error
 
         try:
-            r = await self._client.get(self.base + "/metrics", headers=self._headers)
+            r = await self._client.get(self.base + self.log.path, headers=self._headers)
             if r.status_code != 200:
-                self.log.errors.append(f"/metrics answered HTTP {r.status_code}")
+                self.log.errors.append(f"{self.log.path} answered HTTP {r.status_code}")
                 return
             scrape = Scrape(t=time.perf_counter() - t0, series=parse_prometheus(r.text))
-            if self.engine == "llamacpp":
-                s = await self._client.get(self.base + "/slots", headers=self._headers)
+            if self.log.slots_path:
+                s = await self._client.get(self.base + self.log.slots_path, headers=self._headers)
                 if s.status_code == 200 and isinstance(body := s.json(), list):
                     scrape.busy_slots = sum(1 for x in body if isinstance(x, dict) and x.get("is_processing"))
             self.log.samples.append(scrape)
         except _errors() as exc:
-            self.log.errors.append(_scrub(f"/metrics: {describe_error(exc)}", self._api_key))
+            self.log.errors.append(_scrub(f"{self.log.path}: {describe_error(exc)}", self._api_key))
 
     async def run(self) -> None:
         """Scrape now (the counters' starting values), then every ``interval`` until cancelled."""
