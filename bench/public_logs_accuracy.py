@@ -91,7 +91,7 @@ def accuracy() -> list[str]:
 def reconcile_table() -> list[str]:
     from quantrack.arms import parse_arm_spec
     from quantrack.cli.logs import _shape
-    from quantrack.engines import reconcile
+    from quantrack.engines.reconcile import reconcile
     from quantrack.errors import QuantrackError
 
     out = [("| excerpt | settings passed (from the sidecar) | KV tokens: predicted / log, error | weights GiB per rank: "
@@ -112,7 +112,7 @@ def reconcile_table() -> list[str]:
         except QuantrackError as exc:
             out.append(f"| `{name}` | `{' '.join(args)}` | refused: {exc} | | |")
             continue
-        rows = {(r["figure"], r["scope"].split(" ")[0]): r for r in res["rows"]}
+        rows = {(r["figure"], r["scope"].split(" ")[0]): r for r in res.to_dict()["rows"]}
 
         def cell(key: tuple[str, str], rows: dict[tuple[str, str], dict] = rows) -> str:
             r = rows.get(key)
@@ -122,9 +122,9 @@ def reconcile_table() -> list[str]:
             return f"{r['predicted']:,} / {r['log']:,}, {err}"
 
         kv_key = next(k for k in rows if k[0] == "kv_cache_tokens")
-        layout = ", ".join(f"{k} {v}" for k, v in res["parallel"].items())
+        layout = ", ".join(f"{k} {v}" for k, v in res.parallel.items())
         out.append(f"| `{name}` | `{' '.join(args)}` | {cell(kv_key)} | {cell(('weights_gib', 'per'))} | "
-                   f"{layout}; arm from {res['arm_source']} |")
+                   f"{layout}; arm from {res.arm_source} |")
     return out
 
 

@@ -54,12 +54,8 @@ def main() -> None:
         build_store(uri, args.runs)
         marker.write_text("ok\n")
 
-    from quantrack.report.decision import (
-        Constraints,
-        decision_report,
-        parse_accuracy_drop,
-        parse_slo,
-    )
+    from quantrack.constraints import Constraints, parse_accuracy_drop, parse_slo
+    from quantrack.report.decision import decision_report
     from quantrack.report.page import to_html
     from quantrack.tracking import load_runs
 

@@ -1,7 +1,7 @@
 """What the typed study schema costs: reading and validating a study, and importing the schema module.
 
 - ``load_study`` of each example study: median and min of N in-process loads (parse TOML + validate every key).
-- import time in fresh interpreters (min and median of N): ``quantrack.schema`` (with the package), ``quantrack.study``
+- import time in fresh interpreters (min and median of N): ``quantrack.settings`` (with the package), ``quantrack.study``
   (with what it imports), and ``pydantic.BaseModel`` for comparison (the library not chosen).
 
     python bench/study_load.py [-n 15]
@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 IMPORTS = {
-    "import quantrack.schema": "import quantrack.schema",
+    "import quantrack.settings": "import quantrack.settings",
     "import quantrack.study": "import quantrack.study",
     "from pydantic import BaseModel": "from pydantic import BaseModel",
 }

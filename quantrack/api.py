@@ -115,7 +115,7 @@ def plan_request(model: str | ModelShape, *, gpu: str | None = None, vram: str |
     """The validated ``capacity.PlanRequest`` behind :func:`plan` (ranges as the study's settings)."""
     from quantrack import capacity, catalog, units
     from quantrack.arms import default_arms, parse_arm_spec, with_baseline
-    from quantrack.schema import convert
+    from quantrack.settings import convert
     from quantrack.study import GpuSpec, Study
 
     shape = _shape(model)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quantrack.errors import BadInput, did_you_mean
-from quantrack.schema import build, setting, settings
+from quantrack.settings import build, setting, settings
 
 # The one table of GGUF types (llama.cpp; lower-case gguf.constants.GGMLQuantizationType names).
 # Weights a GGUF file may carry. bf16 and mxfp4 are also the names of HF checkpoint formats, so "this arm
@@ -152,7 +152,7 @@ class ArmTable:
     kv: str = setting(default="auto", help="KV-cache dtype (auto = the model's activation dtype).", nonempty=True)
     quantization: str | None = setting(default=None, help="The engine's --quantization value.", nonempty=True)
     dtype: str = setting(default="auto", help="Activation dtype (--dtype).", nonempty=True)
-    model: str | None = setting(default=None, help="This arm's checkpoint or GGUF file, when not [model] path.", nonempty=True)
+    model: str | None = setting(default=None, help="This arm's checkpoint or GGUF file, when not [model] path; or a model reference (name:TYPE, file.gguf:TYPE).", nonempty=True)
     baseline: bool = setting(default=False, help="This arm is the baseline the others are compared with.")
     args: tuple[str, ...] = setting(default=(), help="Extra engine arguments for this arm, as a list of strings.")
     env: tuple[tuple[str, str], ...] = setting(default=(), help="Extra environment for this arm's engine process.")

@@ -25,7 +25,7 @@ from typing import Any
 
 from quantrack.arms import Arm
 from quantrack.catalog import GPU, ModelShape
-from quantrack.engines import DEFAULT_UTIL
+from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput
 
@@ -419,11 +419,54 @@ def sglang_default_mem_fraction(total_bytes: float, tp: int = 1, chunked_prefill
     return round((total_mib - reserved) / total_mib, 3)
 
 
+@dataclass(frozen=True)
+class CapacitySettings:
+    """The engine settings one capacity prediction assumes (None: the engine's own default); each adapter's
+    ``predict_capacity`` reads the ones its engine has."""
+
+    util: float | None = None
+    context_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    tp: int = 1
+    max_num_seqs: int | None = None
+    gpu_name: str | None = None
+    block_size: int = 16
+    page_size: int = 1
+    n_parallel: int = 1
+    kv_unified: bool = False
+    reserve_bytes: float | None = None
+    kv_cache_memory_bytes: float | None = None
+
+
+@dataclass
+class ShareBasis:
+    """What every GPU-memory-share engine's prediction starts from (``share_basis``)."""
+
+    ctx: int
+    weights: float  # per rank
+    per_token: float  # KV bytes per token, per rank
+    naive: int  # the naive plan's tokens
+    assumptions: list[str]
+
+
+def share_basis(shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str, s: CapacitySettings) -> ShareBasis:
+    """Context, per-rank weights and KV bytes per token, the naive plan's tokens and the shared assumptions of an
+    engine that takes a share of each GPU's memory (vLLM, SGLang)."""
+    ctx = s.context_len or shape.max_context or 4096
+    weights_total, w_notes = engine_weight_bytes(shape, arm.weights)
+    naive = plan(shape, gpu_memory_bytes, [arm], util=s.util or DEFAULT_UTIL, tp=s.tp, context_len=ctx)[0].token_capacity
+    assumptions = list(w_notes) + [f"not modelled: {u}" for u in shape.unsupported]
+    if s.tp > 1:
+        assumptions.append(f"TP {s.tp}: weights split evenly; {kv_heads_per_rank(shape, s.tp)} KV head(s) per rank; "
+                           "NCCL buffers not modelled")
+    return ShareBasis(ctx, weights_total / s.tp, kv_bytes_per_token(shape, kv, s.tp), naive, assumptions)
+
+
 def predict_engine(
     shape: ModelShape,
     gpu_memory_bytes: float,
     arm: Arm,
-    engine: str = "vllm",
+    engine: str = DEFAULT_ENGINE,
     util: float | None = None,
     context_len: int | None = None,
     max_num_batched_tokens: int | None = None,
@@ -438,7 +481,8 @@ def predict_engine(
     reserve_bytes: float | None = None,
     kv_cache_memory_bytes: float | None = None,
 ) -> EnginePrediction:
-    """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``).
+    """Predict the engine's KV capacity for one arm on one GPU (per-device memory ``gpu_memory_bytes``): the
+    engine's adapter owns its reservation model (``EngineAdapter.predict_capacity``).
 
     ``reserve_bytes`` replaces the engine's one calibrated constant (vLLM ``VLLM_NON_TORCH_BYTES``, SGLang
     ``SGLANG_PRELOAD_USED_BYTES``): out-of-sample validation refits it without the log it then predicts.
@@ -460,34 +504,28 @@ def predict_engine(
     problem = checkpoint_mismatch(shape, arm)
     if problem:
         raise BadInput(problem)
-    if engine == "llamacpp":
-        return _predict_llamacpp(shape, arm, kv, context_len, n_parallel, kv_unified)
-    ctx = context_len or shape.max_context or 4096
-    weights_total, w_notes = engine_weight_bytes(shape, arm.weights)
-    weights = weights_total / tp
-    per_token = kv_bytes_per_token(shape, kv, tp)
-    naive = plan(shape, gpu_memory_bytes, [arm], util=util or DEFAULT_UTIL, tp=tp, context_len=ctx)[0].token_capacity
-    assumptions = list(w_notes) + [f"not modelled: {u}" for u in shape.unsupported]
-    if tp > 1:
-        assumptions.append(f"TP {tp}: weights split evenly; {kv_heads_per_rank(shape, tp)} KV head(s) per rank; "
-                           "NCCL buffers not modelled")
-    if kv_cache_memory_bytes is not None and engine != "vllm":
+    settings = CapacitySettings(util=util, context_len=context_len, max_num_batched_tokens=max_num_batched_tokens,
+                                tp=tp, max_num_seqs=max_num_seqs, gpu_name=gpu_name, block_size=block_size,
+                                page_size=page_size, n_parallel=n_parallel, kv_unified=kv_unified,
+                                reserve_bytes=reserve_bytes, kv_cache_memory_bytes=kv_cache_memory_bytes)
+    return get_adapter(engine).predict_capacity(shape, gpu_memory_bytes, arm, kv, settings)
+
+
+def no_fixed_kv_memory(engine: str, s: CapacitySettings) -> None:
+    """An engine without vLLM's --kv-cache-memory-bytes refuses one (BadInput)."""
+    if s.kv_cache_memory_bytes is not None:
         raise BadInput(f"kv_cache_memory_bytes is vLLM's --kv-cache-memory-bytes; {engine} has no such setting")
-    if engine == "vllm":
-        return _predict_vllm(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, max_num_seqs,
-                             tp, gpu_name, block_size, weights, per_token, naive, assumptions,
-                             VLLM_NON_TORCH_BYTES if reserve_bytes is None else reserve_bytes,
-                             kv_cache_memory_bytes)
-    return _predict_sglang(shape, arm, kv, gpu_memory_bytes, util, ctx, max_num_batched_tokens, tp, page_size,
-                           weights, per_token, naive, assumptions,
-                           SGLANG_PRELOAD_USED_BYTES if reserve_bytes is None else reserve_bytes)
 
 
-def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: float | None, ctx: int,
-                  mnbt: int | None, mns: int | None, tp: int, gpu_name: str | None, block_size: int,
-                  weights: float, per_token: float, naive: int, assumptions: list[str],
-                  non_torch: float = VLLM_NON_TORCH_BYTES, fixed_kv: float | None = None) -> EnginePrediction:
-    util = DEFAULT_UTIL if util is None else util
+def predict_vllm(engine: str, shape: ModelShape, arm: Arm, kv: str, total: float, s: CapacitySettings,
+                 b: ShareBasis) -> EnginePrediction:
+    """vLLM V1's KV budget: ceil(total x util) less weights, the profile run's activation peak, the sampler's
+    logits and the non-torch memory, in blocks (vLLM's adapter: ``predict_capacity``)."""
+    util = DEFAULT_UTIL if s.util is None else s.util
+    ctx, weights, per_token, naive, assumptions = b.ctx, b.weights, b.per_token, b.naive, b.assumptions
+    mnbt, mns, tp, gpu_name, block_size = s.max_num_batched_tokens, s.max_num_seqs, s.tp, s.gpu_name, s.block_size
+    non_torch = VLLM_NON_TORCH_BYTES if s.reserve_bytes is None else s.reserve_bytes
+    fixed_kv = s.kv_cache_memory_bytes
     d_tokens, d_seqs = _vllm_defaults(total, gpu_name)
     tokens_batched = mnbt or d_tokens
     seqs = mns or d_seqs
@@ -538,7 +576,7 @@ def _predict_vllm(shape: ModelShape, arm: Arm, kv: str, total: float, util: floa
         f"blocks of {block_size} tokens",
     ]
     return EnginePrediction(
-        engine="vllm", arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
+        engine=engine, arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
         weights_bytes=weights, kv_bytes=max(0.0, kv_bytes), kv_bytes_per_token=per_token,
         reserved={"activation_peak": activation, "sampler_logits": sampler, "non_torch": non_torch,
                   "cuda_graphs": 0.0, "block_rounding": rounding, "headroom_1_minus_util": total - requested},
@@ -587,9 +625,14 @@ def _vllm_hybrid_tokens(shape: ModelShape, kv_bytes: float, per_token: float, bl
         "pool_tokens_all_layers": int(kv_bytes // per_token)}
 
 
-def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: float | None, ctx: int,
-                    chunk: int | None, tp: int, page_size: int, weights: float, per_token: float, naive: int,
-                    assumptions: list[str], preload_used: float = SGLANG_PRELOAD_USED_BYTES) -> EnginePrediction:
+def predict_sglang(engine: str, shape: ModelShape, arm: Arm, kv: str, total: float, s: CapacitySettings,
+                   b: ShareBasis) -> EnginePrediction:
+    """SGLang's KV pool: the free memory after the weights less (1 - mem_fraction_static) of the memory free
+    before them, in pages (SGLang's adapter: ``predict_capacity``)."""
+    no_fixed_kv_memory(engine, s)
+    mfs, chunk, tp, page_size = s.util, s.max_num_batched_tokens, s.tp, s.page_size
+    ctx, weights, per_token, naive, assumptions = b.ctx, b.weights, b.per_token, b.naive, b.assumptions
+    preload_used = SGLANG_PRELOAD_USED_BYTES if s.reserve_bytes is None else s.reserve_bytes
     chunk_default, max_bs = _sglang_defaults(total / MiB, tp)
     chunk = chunk or chunk_default
     given = mfs is not None
@@ -611,7 +654,7 @@ def _predict_sglang(shape: ModelShape, arm: Arm, kv: str, total: float, mfs: flo
         f"chunked_prefill_size {chunk}, decode cuda_graph_max_bs {max_bs}, page size {page_size}",
     ]
     return EnginePrediction(
-        engine="sglang", arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
+        engine=engine, arm=arm.name, kv_dtype=kv, naive_tokens=naive, engine_tokens=tokens,
         weights_bytes=weights, kv_bytes=max(0.0, rest), kv_bytes_per_token=per_token,
         reserved={"preload_used": float(preload_used), "runtime_slack": pre_free * (1 - mfs),
                   "page_rounding": max(0.0, rest - raw // page_size * page_size * per_token)},
@@ -676,10 +719,12 @@ def _ggml_kv_type(kv: str) -> str:
     return {"bf16": "f16", "fp16": "f16", "auto": "f16", "fp32": "f32"}.get(kv, kv)
 
 
-def _predict_llamacpp(shape: ModelShape, arm: Arm, kv: str, context_len: int | None, n_parallel: int,
-                      kv_unified: bool) -> EnginePrediction:
-    n_ctx = context_len or shape.max_context or 4096
-    per_stream, streams = llamacpp_cells(n_ctx, n_parallel, kv_unified)
+def predict_llamacpp(engine: str, shape: ModelShape, arm: Arm, kv: str, s: CapacitySettings) -> EnginePrediction:
+    """llama.cpp's KV cache: every cell of the context allocated up front, split into streams (llama.cpp's
+    adapter: ``predict_capacity``)."""
+    kv_unified = s.kv_unified
+    n_ctx = s.context_len or shape.max_context or 4096
+    per_stream, streams = llamacpp_cells(n_ctx, s.n_parallel, kv_unified)
     cells = per_stream * streams
     t = _ggml_kv_type(kv)
     if t not in _KV_GGML:
@@ -687,7 +732,7 @@ def _predict_llamacpp(shape: ModelShape, arm: Arm, kv: str, context_len: int | N
     k_bytes, v_bytes = llamacpp_kv_bytes(shape, cells, t, t)
     weights = naive_weight_bytes(shape, arm.weights)
     return EnginePrediction(
-        engine="llamacpp", arm=arm.name, kv_dtype=t, naive_tokens=cells, engine_tokens=cells,
+        engine=engine, arm=arm.name, kv_dtype=t, naive_tokens=cells, engine_tokens=cells,
         weights_bytes=weights, kv_bytes=float(k_bytes + v_bytes),
         kv_bytes_per_token=(k_bytes + v_bytes) / cells, reserved={"k_bytes": float(k_bytes), "v_bytes": float(v_bytes)},
         settings={"n_ctx": n_ctx, "cells_per_stream": per_stream, "streams": streams, "type_k": t, "type_v": t},
@@ -719,11 +764,58 @@ def kv_cache_memory_bytes_in(args: list[str] | tuple[str, ...]) -> int | None:
     return int(found)
 
 
+@dataclass
+class ArmPrediction:
+    """Naive plan + engine-aware prediction for one arm (derived), as ``predict_for_arm`` returns it.
+
+    An engine that takes a share of GPU memory has the naive plan beside it (``naive_*``, ``fits``, per-rank
+    GiB); one that allocates what it needs (llama.cpp: ``whole_cache``) has the KV cache's exact bytes and the
+    naive weights, and no naive token figure. ``to_dict()`` is the flat dict preflight prints."""
+
+    arm: str
+    engine: str
+    prediction: EnginePrediction
+    engine_tokens: int
+    whole_cache: bool = False
+    kv_dtype: str | None = None
+    naive_tokens: int | None = None
+    naive_weights_gib: float | None = None
+    naive_kv_budget_gib: float | None = None
+    fits: bool | None = None
+    engine_weights_gib: float | None = None
+    engine_kv_gib: float | None = None
+    engine_max_concurrency: float | None = None
+    context_len: int | None = None
+    engine_kv_bytes: float | None = None
+    engine_kv_mib: float | None = None
+    weights_naive_gib: float | None = None
+    basis: str = "derived"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.whole_cache:
+            return {"arm": self.arm, "engine": self.engine, "naive_tokens": None, "engine_tokens": self.engine_tokens,
+                    "engine_kv_bytes": self.engine_kv_bytes, "engine_kv_mib": self.engine_kv_mib,
+                    "weights_naive_gib": self.weights_naive_gib, "prediction": self.prediction.to_dict(),
+                    "basis": self.basis}
+        return {"arm": self.arm, "engine": self.engine, "kv_dtype": self.kv_dtype, "naive_tokens": self.naive_tokens,
+                "naive_weights_gib": self.naive_weights_gib, "naive_kv_budget_gib": self.naive_kv_budget_gib,
+                "fits": self.fits, "engine_tokens": self.engine_tokens, "engine_weights_gib": self.engine_weights_gib,
+                "engine_kv_gib": self.engine_kv_gib, "engine_max_concurrency": self.engine_max_concurrency,
+                "context_len": self.context_len, "prediction": self.prediction.to_dict(), "basis": self.basis}
+
+
+def whole_cache_prediction(arm: Arm, engine: str, pred: EnginePrediction) -> ArmPrediction:
+    """An ArmPrediction for an engine that allocates its whole KV cache at start (exact bytes, no budget)."""
+    return ArmPrediction(arm=arm.name, engine=engine, prediction=pred, engine_tokens=pred.engine_tokens,
+                         whole_cache=True, engine_kv_bytes=pred.kv_bytes, engine_kv_mib=round(pred.kv_bytes / MiB, 2),
+                         weights_naive_gib=round(pred.weights_bytes / GiB, 4))
+
+
 def predict_for_arm(
     shape: ModelShape,
     gpu: GPU | float,
     arm: Arm,
-    engine: str = "vllm",
+    engine: str = DEFAULT_ENGINE,
     util: float | None = None,
     context_len: int | None = None,
     tp: int = 1,
@@ -732,40 +824,34 @@ def predict_for_arm(
     max_num_seqs: int | None = None,
     gpu_name: str | None = None,
     kv_cache_memory_bytes: float | None = None,
-) -> dict[str, Any]:
-    """Naive plan + engine-aware prediction for one arm, as one flat dict (used by preflight, logs reconcile, run).
+) -> ArmPrediction:
+    """Naive plan + engine-aware prediction for one arm (used by preflight, logs reconcile, run).
 
     ``gpu`` is a catalog GPU (its device-reported total is used) or a per-device size in bytes; with a size,
     ``gpu_name`` may name the device (vLLM's defaults depend on it). ``max_num_batched_tokens`` /
     ``max_num_seqs``: the settings vLLM profiles with (None: its defaults for this GPU).
     """
+    share = get_adapter(engine).memory.gpu_share if engine in ENGINES else True
     if isinstance(gpu, GPU):
-        if gpu.vendor == "cpu" and engine != "llamacpp":
+        if gpu.vendor == "cpu" and share:
             raise BadInput(f"{gpu.name} has no fixed memory; give a memory size instead")
         total, gpu_name = float(gpu.total_bytes), gpu.name
     else:
         total = float(gpu)
-    if engine == "llamacpp":
-        pred = predict_engine(shape, total or 1.0, arm, "llamacpp", context_len=context_len)
-        return {"arm": arm.name, "engine": engine, "naive_tokens": None, "engine_tokens": pred.engine_tokens,
-                "engine_kv_bytes": pred.kv_bytes, "engine_kv_mib": round(pred.kv_bytes / MiB, 2),
-                "weights_naive_gib": round(pred.weights_bytes / GiB, 4), "prediction": pred.to_dict(),
-                "basis": "derived"}
+    if not share:
+        return whole_cache_prediction(arm, engine, predict_engine(shape, total or 1.0, arm, engine,
+                                                                  context_len=context_len))
     row = plan(shape, total, [arm], util=util if util is not None else DEFAULT_UTIL, tp=tp, context_len=context_len)[0]
     pred = predict_engine(shape, total, arm, engine, util=util, context_len=row.context_len, tp=tp, gpu_name=gpu_name,
                           max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                           kv_cache_memory_bytes=kv_cache_memory_bytes)
-    return {
-        "arm": arm.name, "engine": engine, "kv_dtype": pred.kv_dtype,
-        "naive_tokens": row.token_capacity, "naive_weights_gib": round(row.weights_bytes / GiB, 4),
-        "naive_kv_budget_gib": round(row.kv_budget_bytes / GiB, 4), "fits": row.fits and pred.engine_tokens > 0,
-        "engine_tokens": pred.engine_tokens, "engine_weights_gib": round(pred.weights_bytes / GiB, 4),
-        "engine_kv_gib": round(pred.kv_bytes / GiB, 4),
-        "engine_max_concurrency": None if pred.max_concurrency is None else round(pred.max_concurrency, 2),
-        "context_len": row.context_len, "prediction": pred.to_dict(), "basis": "derived",
-    }
-
-
+    return ArmPrediction(
+        arm=arm.name, engine=engine, prediction=pred, engine_tokens=pred.engine_tokens, kv_dtype=pred.kv_dtype,
+        naive_tokens=row.token_capacity, naive_weights_gib=round(row.weights_bytes / GiB, 4),
+        naive_kv_budget_gib=round(row.kv_budget_bytes / GiB, 4), fits=row.fits and pred.engine_tokens > 0,
+        engine_weights_gib=round(pred.weights_bytes / GiB, 4), engine_kv_gib=round(pred.kv_bytes / GiB, 4),
+        engine_max_concurrency=None if pred.max_concurrency is None else round(pred.max_concurrency, 2),
+        context_len=row.context_len)
 
 
 # --- the `plan` command's one object and one call -----------------------------------------------------------
@@ -816,13 +902,16 @@ def run_plan(req: PlanRequest) -> list[PlanRow]:
                                   kv_cache_memory_bytes=req.kv_cache_memory_bytes)
             row.engine = req.engine
             row.engine_tokens = pred.engine_tokens
-            row.engine_weights_bytes = pred.weights_bytes * (req.tp if req.engine != "llamacpp" else 1)
+            # weights per rank x ranks where the engine splits them (a GPU-share engine's TP)
+            row.engine_weights_bytes = pred.weights_bytes * (req.tp if get_adapter(req.engine).memory.gpu_share else 1)
             row.engine_kv_bytes = pred.kv_bytes
     return rows
 
 
 __all__ = [
     "W4A16_GROUP_OVERHEAD",
+    "ArmPrediction",
+    "CapacitySettings",
     "EnginePrediction",
     "PlanRow",
     "engine_weight_bytes",
@@ -834,6 +923,10 @@ __all__ = [
     "plan",
     "predict_engine",
     "predict_for_arm",
+    "predict_llamacpp",
+    "predict_sglang",
+    "predict_vllm",
     "sglang_default_mem_fraction",
+    "share_basis",
     "weight_bytes_per_param",
 ]

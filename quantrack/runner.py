@@ -1,5 +1,6 @@
-"""Compatibility facade: ``quantrack run`` lives in the ``quantrack.run`` package, split by job
-(docs/architecture.md). The names below keep ``from quantrack.runner import ...`` working."""
+"""Compatibility facade for scripts outside the package (bench/, notebooks, older tests): ``quantrack run`` lives
+in the ``quantrack.run`` package, split by job (docs/architecture.md). Nothing inside ``quantrack`` imports this
+module (a test checks it); the names below keep ``from quantrack.runner import ...`` working."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from quantrack.run.outcome import (
 )
 from quantrack.run.record import outcomes_bitmap, record_for_arm, study_record
 from quantrack.run.schema import STATUS_REJECTED
-from quantrack.run.steps import node_facts, step_kl, step_predict, step_serve
+from quantrack.run.steps import local_node, step_kl, step_predict, step_serve
 
 __all__ = [
     "STATUS_REJECTED",
@@ -24,8 +25,8 @@ __all__ = [
     "StudyResult",
     "load_eval",
     "load_latency_row",
+    "local_node",
     "log_results",
-    "node_facts",
     "outcomes_bitmap",
     "record_for_arm",
     "run_arm",

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from quantrack.run.schema import Tag
 from quantrack.tracking import TAG_ROLE, RunRow, TrackingError, is_remote
 
 # alembic revisions of mlflow's SQL schema whose experiments/runs/params/tags/latest_metrics tables this
@@ -178,7 +179,7 @@ def _read_sqlite(uri: str, experiment: str, role: str | None,
     out = []
     for rid, eid, name, status, start, end, art in runs:
         out.append(RunRow(
-            run_id=rid, experiment_id=str(eid), run_name=name or tags[rid].get("mlflow.runName") or "",
+            run_id=rid, experiment_id=str(eid), run_name=name or tags[rid].get(Tag.MLFLOW_RUN_NAME) or "",
             status=status, start_time=int(start or 0), end_time=int(end) if end else None,
             params=params[rid], metrics=metrics[rid], tags=tags[rid], artifact_uri=art or None))
     return out

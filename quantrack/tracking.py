@@ -54,15 +54,23 @@ from quantrack.redact import (
     strip_credentials,
     url_passwords,
 )
+from quantrack.run.schema import (
+    NodeFact,
+    Role,
+    Tag,
+    probe_bf16_stack_ms,
+    probe_fp8_speedup,
+    probe_fp8_stack_ms,
+)
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
-TAG_UUID = "quantrack.run_uuid"
-TAG_COMPLETE = "quantrack.complete"
-TAG_ROLE = "quantrack.role"  # "study" (parent) or "arm"
-TAG_STUDY = "quantrack.study"
-TAG_ARM = "quantrack.arm"
-TAG_PARENT_UUID = "quantrack.parent_uuid"
-TAG_SPOOLED = "quantrack.spooled"
+TAG_UUID = Tag.RUN_UUID
+TAG_COMPLETE = Tag.COMPLETE
+TAG_ROLE = Tag.ROLE  # Role.STUDY (parent) or Role.ARM
+TAG_STUDY = Tag.STUDY
+TAG_ARM = Tag.ARM
+TAG_PARENT_UUID = Tag.PARENT_UUID
+TAG_SPOOLED = Tag.SPOOLED
 STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 _PARAM_MAX = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH (3.x)
 _TAG_MAX = 8000  # MAX_TAG_VAL_LENGTH
@@ -474,11 +482,11 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
     rec = record.redacted()
     tags = dict(rec.tags)
     tags[TAG_UUID] = rec.uuid
-    tags["mlflow.runName"] = rec.run_name
+    tags[Tag.MLFLOW_RUN_NAME] = rec.run_name
     if rec.parent_uuid:
         tags[TAG_PARENT_UUID] = rec.parent_uuid
     if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+        tags[Tag.MLFLOW_PARENT_RUN_ID] = parent_run_id
     run = client.create_run(exp_id, start_time=rec.start_ms, tags={TAG_UUID: rec.uuid}, run_name=rec.run_name)
     run_id = run.info.run_id
     params = [Param(k, v) for k, v in sorted(rec.params.items())]
@@ -664,7 +672,7 @@ def _update_spooled_status(run_uuid: str, status: str, end_ms: int) -> bool:
     return True
 
 
-def _spool_terminate(target_uri: str, experiment: str, run_uuid: str, status: str, end_ms: int) -> Path:
+def spool_terminate(target_uri: str, experiment: str, run_uuid: str, status: str, end_ms: int) -> Path:
     ops = spool_dir() / "ops"
     try:
         _private_dir(spool_dir())
@@ -861,7 +869,7 @@ class Tracker:
         except Exception as exc:  # noqa: BLE001 - classified below
             if not (is_remote(self.uri) and _is_connectivity_error(exc)):
                 raise TrackingError(f"could not set run {logged.run_id} {status}: {exc}") from None
-            p = _spool_terminate(self.uri, self.experiment, logged.uuid, status, end)
+            p = spool_terminate(self.uri, self.experiment, logged.uuid, status, end)
             self._say(f"spooled status {status} of run {logged.run_id} to {p}")
 
 
@@ -872,7 +880,7 @@ def log_arm(record: RunRecord, uri: str | None = None, experiment: str | None = 
 
 # --- reading runs back -------------------------------------------------------------------------------------
 
-def load_runs(experiment: str, uri: str | None = None, *, role: str | None = "arm",
+def load_runs(experiment: str, uri: str | None = None, *, role: str | None = Role.ARM,
               include_running: bool = True, reader: str | None = None) -> list[RunRow]:
     """All runs of an experiment (one search), newest first, as plain ``RunRow`` objects.
 
@@ -1002,8 +1010,7 @@ def git_revision() -> str:
 
 
 def provenance_tags() -> dict[str, str]:
-    return {"quantrack.version": __version__, "quantrack.git_revision": git_revision(),
-            "quantrack.hostname": socket.gethostname()}
+    return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.HOSTNAME: socket.gethostname()}
 
 
 def flatten(prefix: str, data: Mapping[str, Any]) -> dict[str, str]:
@@ -1041,7 +1048,7 @@ __all__ = [
 
 
 # --- node facts (e.g. `quantrack probe --track`) -----------------------------------------------------------
-NODE_FACTS_EXPERIMENT = "quantrack-node-facts"
+NODE_FACTS_EXPERIMENT = NodeFact.EXPERIMENT
 
 
 def log_node_fact(kind: str, data: Mapping[str, Any], tracking_uri: str | None = None,
@@ -1052,20 +1059,20 @@ def log_node_fact(kind: str, data: Mapping[str, Any], tracking_uri: str | None =
 
     device = dict(data.get("device") or {})
     rec = RunRecord(experiment=experiment, run_name=f"{kind}@{socket.gethostname()}")
-    rec.tag("quantrack.role", "node-fact")
-    rec.tag("quantrack.fact", kind)
-    rec.param("node_hostname", socket.gethostname())
-    rec.param("gpu_name", device.get("name"))
-    rec.param("compute_capability", device.get("compute_capability"))
-    rec.param("torch", device.get("torch"))
-    rec.param("torch_cuda", device.get("torch_cuda"))
-    rec.param("model", data.get("model"))
-    rec.tag("probe.verdict", data.get("verdict"))
-    rec.metric("probe_copy_tbps", data.get("copy_tbps"))
+    rec.tag(Tag.ROLE, Role.NODE_FACT)
+    rec.tag(Tag.FACT, kind)
+    rec.param(NodeFact.PARAM_HOSTNAME, socket.gethostname())
+    rec.param(NodeFact.PARAM_GPU_NAME, device.get("name"))
+    rec.param(NodeFact.PARAM_COMPUTE_CAPABILITY, device.get("compute_capability"))
+    rec.param(NodeFact.PARAM_TORCH, device.get("torch"))
+    rec.param(NodeFact.PARAM_TORCH_CUDA, device.get("torch_cuda"))
+    rec.param(NodeFact.PARAM_MODEL, data.get("model"))
+    rec.tag(NodeFact.TAG_PROBE_VERDICT, data.get("verdict"))
+    rec.metric(NodeFact.METRIC_COPY_TBPS, data.get("copy_tbps"))
     for b in data.get("batches") or []:
-        rec.metric(f"probe_fp8_speedup_b{b['batch']}", b.get("speedup"))
-        rec.metric(f"probe_bf16_stack_ms_b{b['batch']}", b.get("bf16_stack_ms"))
-        rec.metric(f"probe_fp8_stack_ms_b{b['batch']}", b.get("fp8_stack_ms"))
+        rec.metric(probe_fp8_speedup(b["batch"]), b.get("speedup"))
+        rec.metric(probe_bf16_stack_ms(b["batch"]), b.get("bf16_stack_ms"))
+        rec.metric(probe_fp8_stack_ms(b["batch"]), b.get("fp8_stack_ms"))
     rec.artifacts[f"{kind}.json"] = json.dumps(data, indent=1, default=str)
     logged = log_arm(rec, tracking_uri, experiment)
     return str(getattr(logged, "run_id", None) or rec.uuid)

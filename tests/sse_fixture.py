@@ -5,9 +5,11 @@ captured from xllamacpp 2026.10.11549). The fault is chosen by a path prefix, so
 serves every case: ``http://127.0.0.1:PORT/<mode>`` is the base URL, ``/<mode>/v1/completions``
 the endpoint. Modes: ok, short, long, cut, malformed, badjson, http500, http400, slow, nousage,
 auth (401 that echoes the key), stamp (each chunk's text is the server's perf_counter at send, then ';').
+A request that does not ask for a stream and names stop strings (GSM8K's) gets one JSON completion instead.
 
 Run as a script for benchmarks (a separate process, so it does not share the client's GIL):
-``python tests/sse_fixture.py --interval-ms 2`` prints ``PORT <n>`` and serves until killed.
+``python tests/sse_fixture.py --interval-ms 2`` prints ``PORT <n>`` and serves until killed (``--port N`` to
+choose the port, ``--log FILE`` to print a startup log first: the fake engine, tests/fake_engine.py).
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ class _Handler(BaseHTTPRequestHandler):
         return json.loads(self.rfile.read(n) or b"{}")
 
     def do_GET(self) -> None:
-        if self.path.endswith("/v1/models"):
+        if self.path.endswith("/health"):
+            self._json(200, {"status": "ok"})
+        elif self.path.endswith("/v1/models"):
             self._json(200, {"object": "list", "data": [{"id": "fixture-model", "object": "model"}]})
         else:
             self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
@@ -76,7 +80,21 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if mode == "slow":
             time.sleep(self.server.slow_s)
+        if body.get("stream") is False or "stream" not in body and body.get("stop") is not None:
+            self._whole(body)  # a non-streamed completion (GSM8K's requests, which name stop strings)
+            return
         self._stream(mode, body)
+
+    def _whole(self, body: dict[str, Any]) -> None:
+        """One JSON completion of ``max_tokens`` fixture words, as /v1/completions answers without streaming."""
+        n = int(body.get("max_tokens", 16))
+        prompt = body.get("prompt", "")
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        time.sleep(self.server.interval_s * n)
+        self._json(200, {"object": "text_completion", "model": "fixture-model",
+                         "choices": [{"text": "".join(f" w{k}" for k in range(n)), "index": 0, "logprobs": None,
+                                      "finish_reason": "length"}],
+                         "usage": {"completion_tokens": n, "prompt_tokens": n_prompt, "total_tokens": n + n_prompt}})
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -120,8 +138,8 @@ class _Handler(BaseHTTPRequestHandler):
 class FixtureServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, interval_s: float = 0.002, slow_s: float = 2.0) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, interval_s: float = 0.002, slow_s: float = 2.0, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.interval_s = interval_s
         self.slow_s = slow_s
         self.requests: list[dict[str, Any]] = []
@@ -144,8 +162,16 @@ class FixtureServer(ThreadingHTTPServer):
         self.server_close()
 
 
+def _arg(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 if __name__ == "__main__":
-    interval_ms = float(sys.argv[sys.argv.index("--interval-ms") + 1]) if "--interval-ms" in sys.argv else 2.0
-    srv = FixtureServer(interval_s=interval_ms / 1000.0)
+    srv = FixtureServer(interval_s=float(_arg("--interval-ms", "2")) / 1000.0, port=int(_arg("--port", "0")))
     print(f"PORT {srv.server_address[1]}", flush=True)
+    # --log FILE: then a startup log, as an engine prints one (the fake engine of tests/fake_engine.py)
+    if "--log" in sys.argv:
+        with open(_arg("--log", ""), encoding="utf-8") as fh:
+            sys.stdout.write(fh.read())
+        sys.stdout.flush()
     srv.serve_forever()

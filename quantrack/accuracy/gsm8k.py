@@ -44,10 +44,11 @@ from quantrack.accuracy.records import (
     load_records,
     write_meta,
 )
+from quantrack.engines.evaltools import VLLM_GSM8K
 from quantrack.errors import BadInput, EngineError, MeasurementError, unknown
 
 TASKS = ("gsm8k",)
-STYLES = ("vllm", "lm-eval")
+STYLES = (VLLM_GSM8K, "lm-eval")
 SAMPLERS = ("first_n", "lm-eval")
 FULL_TEST_SIZE = 1319
 
@@ -146,7 +147,7 @@ def load_data(num_shots: int, data_dir: Path | None = None) -> Gsm8kData:
 
 def default_sampler(style: str) -> str:
     """The exemplar choice of the tool a style follows: vLLM takes the first train examples, lm-eval draws."""
-    return "first_n" if style == "vllm" else "lm-eval"
+    return "first_n" if style == VLLM_GSM8K else "lm-eval"
 
 
 def fewshot_ids(sampler: str, *, num_questions: int, num_shots: int, pool_size: int,
@@ -195,7 +196,7 @@ def prompt_sha256(prompt: str) -> str:
 
 
 def stop_strings(style: str) -> list[str]:
-    return list(STOP_VLLM if style == "vllm" else STOP_LM_EVAL)
+    return list(STOP_VLLM if style == VLLM_GSM8K else STOP_LM_EVAL)
 
 
 # ---------------------------------------------------------------- scoring (pure)
@@ -249,7 +250,7 @@ class Score:
 
 def score(style: str, response: str, gold_answer: str) -> Score:
     """Score one response against the dataset's answer text (``... #### 18``)."""
-    if style == "vllm":
+    if style == VLLM_GSM8K:
         pred, gold = extract_vllm(response), extract_vllm(gold_answer)
         return Score(None if pred == INVALID else pred, gold, pred == gold)
     gold_norm = lm_eval_normalize(gold_answer)
@@ -432,7 +433,7 @@ def run_gsm8k(
     concurrency: int = 8,
     seed: int | None = None,
     temperature: float = 0.0,
-    style: str = "vllm",
+    style: str = VLLM_GSM8K,
     fewshot_sampler: str | None = None,
     fewshot_seed: int | None = None,
     records_path: str | Path | None = None,
@@ -531,7 +532,7 @@ def _sampling(style: str, fewshot_sampler: str | None, fewshot_seed: int | None,
         raise BadInput("--fewshot-seed applies to --fewshot-sampler lm-eval only (first_n draws nothing)")
     shot_seed = (LM_EVAL_FEWSHOT_SEED if fewshot_seed is None else fewshot_seed) if sampler == "lm-eval" else None
     if seed is None:
-        seed = VLLM_REQUEST_SEED if style == "vllm" else LM_EVAL_REQUEST_SEED
+        seed = VLLM_REQUEST_SEED if style == VLLM_GSM8K else LM_EVAL_REQUEST_SEED
     return sampler, shot_seed, seed
 
 

@@ -37,9 +37,10 @@ from quantrack.accuracy.gsm8k import (
     result_from_records,
 )
 from quantrack.accuracy.records import QuestionRecord, load_records
+from quantrack.engines.evaltools import ENGINE_RESULT_FORMATS, SGLANG_RUN_EVAL, VLLM_GSM8K
 from quantrack.errors import BadInput, did_you_mean, unknown
 
-FORMATS = ("auto", "vllm", "sglang", "lm-eval")
+FORMATS = ("auto", *ENGINE_RESULT_FORMATS, "lm-eval")
 LM_EVAL_FILTERS = ("strict-match", "flexible-extract")
 
 
@@ -74,9 +75,9 @@ def import_result(path: str | Path, fmt: str = "auto", *, num_questions: int | N
     kind = _detect(p, data) if fmt == "auto" else fmt
     if task_name is not None and kind != "lm-eval":
         raise BadInput(f"--task-name applies to lm-eval results; {p} is a {kind} file")
-    if kind == "vllm":
+    if kind == VLLM_GSM8K:
         return _from_vllm(p, data), None
-    if kind == "sglang":
+    if kind == SGLANG_RUN_EVAL:
         return _from_sglang(p, data, num_questions), None
     return _from_lm_eval(p, data, lm_eval_filter, task_name)
 
@@ -95,9 +96,9 @@ def _detect(p: Path, data: dict[str, Any]) -> str:
     if isinstance(data.get("results"), dict):
         return "lm-eval"
     if "accuracy" in data and "invalid_rate" in data:
-        return "vllm"
+        return VLLM_GSM8K
     if "score" in data:
-        return "sglang"
+        return SGLANG_RUN_EVAL
     raise BadInput(f"{p}: not a vLLM --save-results, SGLang run_eval or lm-eval results file; "
                    "pass --format vllm|sglang|lm-eval")
 
@@ -141,7 +142,7 @@ def _from_vllm(p: Path, data: dict[str, Any]) -> EvalResult:
     invalid = _counted(p, _number(p, data, "invalid_rate"), n, "invalid_rate")
     keep = ("num_questions", "num_shots", "max_tokens", "latency", "timestamp", "request_params")
     settings = {k: data[k] for k in keep if k in data}
-    return _from_counts(accuracy=acc, n=n, invalid=invalid, source="imported:vllm", style="vllm",
+    return _from_counts(accuracy=acc, n=n, invalid=invalid, source=f"imported:{VLLM_GSM8K}", style=VLLM_GSM8K,
                         settings=settings, p=p)
 
 
@@ -152,7 +153,7 @@ def _from_sglang(p: Path, data: dict[str, Any], num_questions: int | None) -> Ev
     settings: dict[str, Any] = {k: data[k] for k in ("latency", "output_throughput") if k in data}
     if num_questions is None:
         settings["note"] = "SGLang run_eval does not record the question count; pass --num-questions for an interval"
-    return _from_counts(accuracy=acc, n=num_questions, invalid=None, source="imported:sglang", style="sglang",
+    return _from_counts(accuracy=acc, n=num_questions, invalid=None, source=f"imported:{SGLANG_RUN_EVAL}", style=SGLANG_RUN_EVAL,
                         settings=settings, p=p)
 
 

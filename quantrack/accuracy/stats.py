@@ -23,7 +23,7 @@ The paired comparison, the interval and the planning multiplier need no scipy (`
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -146,22 +146,39 @@ class PairedComparison:
         return d
 
 
-def paired_counts(base: Mapping[int, QuestionRecord], arm: Mapping[int, QuestionRecord]) -> tuple[int, int, int, int]:
-    """(a, b, c, d) over ids both runs answered: a both right, b base only, c arm only, d both wrong."""
+def tally_pairs(pairs: Iterable[tuple[bool | None, bool | None]]) -> tuple[int, int, int, int]:
+    """(a, b, c, d) over (base right?, arm right?) pairs, a pair with None (not answered) skipped: a both right,
+    b base only, c arm only, d both wrong."""
     a = b = c = d = 0
-    for qid in sorted(set(base) & set(arm)):
-        rb, ra = base[qid], arm[qid]
-        if not (rb.answered and ra.answered):
+    for base_ok, arm_ok in pairs:
+        if base_ok is None or arm_ok is None:
             continue
-        if rb.correct and ra.correct:
+        if base_ok and arm_ok:
             a += 1
-        elif rb.correct:
+        elif base_ok:
             b += 1
-        elif ra.correct:
+        elif arm_ok:
             c += 1
         else:
             d += 1
     return a, b, c, d
+
+
+def paired_counts(base: Mapping[int, QuestionRecord], arm: Mapping[int, QuestionRecord]) -> tuple[int, int, int, int]:
+    """(a, b, c, d) over ids both runs answered: a both right, b base only, c arm only, d both wrong."""
+    def ok(r: QuestionRecord) -> bool | None:
+        return bool(r.correct) if r.answered else None
+
+    return tally_pairs((ok(base[q]), ok(arm[q])) for q in sorted(set(base) & set(arm)))
+
+
+def outcome_counts(base: str, arm: str) -> tuple[int, int, int, int]:
+    """(a, b, c, d) from two runs' per-question outcome strings (``Tag.GSM8K_CORRECT``: '1' right, '0' wrong,
+    '.' not answered), question by question up to the shorter one."""
+    def ok(ch: str) -> bool | None:
+        return None if ch == "." else ch == "1"
+
+    return tally_pairs((ok(x), ok(y)) for x, y in zip(base, arm))
 
 
 def compare_counts(a: int, b: int, c: int, d: int) -> PairedComparison:
@@ -211,51 +228,3 @@ def newcombe_paired_ci(a: int, b: int, c: int, d: int) -> tuple[float, float]:
     lo = delta - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     hi = delta + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
     return max(-1.0, lo), min(1.0, hi)
-
-
-# ---------------------------------------------------------------- two runs from files
-
-
-def compare_runs(base_path: str, arm_path: str) -> dict[str, Any]:
-    """Load two runs (records, result JSON or importable files) and compare them, paired when both
-    have per-question records. Returns a plain dict for rendering; accuracies only as measured/imported."""
-    from quantrack.accuracy.importers import load_run
-
-    base_res, base_recs = load_run(base_path)
-    arm_res, arm_recs = load_run(arm_path)
-    report: dict[str, Any] = {
-        "base": {"path": base_path, "source": base_res.source, "style": base_res.style,
-                 "accuracy": base_res.accuracy, "n": base_res.n, "errors": base_res.errors},
-        "arm": {"path": arm_path, "source": arm_res.source, "style": arm_res.style,
-                "accuracy": arm_res.accuracy, "n": arm_res.n, "errors": arm_res.errors},
-        "paired": False,
-    }
-    if base_recs is None or arm_recs is None:
-        which = " and ".join(name for name, recs in (("base", base_recs), ("arm", arm_recs)) if recs is None)
-        verb = "have" if " and " in which else "has"
-        report["reason"] = (f"a paired test is impossible: {which} {verb} no per-question records "
-                            "(accuracy-only import)")
-        return report
-    if base_res.style and arm_res.style and base_res.style != arm_res.style:
-        raise BadInput(f"base was scored with style {base_res.style!r}, arm with {arm_res.style!r}: "
-                       "compare runs scored the same way")
-    shared = sorted(set(base_recs) & set(arm_recs))
-    differing = [q for q in shared if base_recs[q].prompt_sha256 and arm_recs[q].prompt_sha256
-                 and base_recs[q].prompt_sha256 != arm_recs[q].prompt_sha256]
-    if differing:
-        raise BadInput(f"{len(differing)} shared questions were asked with different prompts (prompt_sha256 differs, "
-                       f"first id {differing[0]}): different shots or data; a paired comparison needs identical prompts")
-    a, b, c, d = paired_counts(base_recs, arm_recs)
-    if a + b + c + d == 0:
-        report["reason"] = "a paired test is impossible: no question was answered by both runs"
-        return report
-    cmp = compare_counts(a, b, c, d)
-    report["paired"] = True
-    report["comparison"] = cmp.to_dict()
-    report["verdict"] = cmp.verdict()
-    report["excluded"] = {
-        "only_in_base": len(set(base_recs) - set(arm_recs)),
-        "only_in_arm": len(set(arm_recs) - set(base_recs)),
-        "errored_in_either": sum(1 for q in shared if not (base_recs[q].answered and arm_recs[q].answered)),
-    }
-    return report

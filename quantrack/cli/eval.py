@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from quantrack.cli.options import setting_option
+from quantrack.engines.evaltools import ENGINE_RESULT_FORMATS
 from quantrack.errors import BadInput
 from quantrack.study import EngineSpec, EvalSpec
 
@@ -137,7 +138,7 @@ def compare(base: str, arm: str, fmt: str) -> None:
     BASE and ARM are records JSONL files from `quantrack eval`, result JSON from `eval import --out`,
     or lm-eval samples. Delta = arm - base with a 95% Newcombe interval, exact McNemar test.
     """
-    from quantrack.accuracy.stats import compare_runs
+    from quantrack.accuracy.paired import compare_runs
 
     report = compare_runs(base, arm)
     if fmt == "json":
@@ -148,7 +149,7 @@ def compare(base: str, arm: str, fmt: str) -> None:
 
 @eval_group.command("import")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["auto", "vllm", "sglang", "lm-eval"]), default="auto",
+@click.option("--format", "fmt", type=click.Choice(["auto", *ENGINE_RESULT_FORMATS, "lm-eval"]), default="auto",
               show_default=True)
 @click.option("--filter", "lm_eval_filter", type=click.Choice(["strict-match", "flexible-extract"]),
               default="strict-match", show_default=True, help="lm-eval metric filter to import.")

@@ -26,7 +26,7 @@ def log(study_file: str, arm: str, latency: str | None, eval_path: str | None, s
     """Log an arm run from files: every metric comes from the files given, nothing else is filled in."""
     from pathlib import Path
 
-    from quantrack.runner import LogInputs, log_results
+    from quantrack.run.imported import LogInputs, log_results
     from quantrack.study import load_study
     from quantrack.tracking import resolve_uri
 

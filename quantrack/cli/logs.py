@@ -136,7 +136,7 @@ def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | 
 
     The arm comes from the log's quantization lines or --arm; device memory: --vram if given, else the total the
     log reports (vLLM V0's total_gpu_memory), else --gpu's."""
-    from quantrack.engines import reconcile
+    from quantrack.engines.reconcile import reconcile
 
     arm = None
     if arm_spec is not None:
@@ -148,20 +148,21 @@ def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | 
                        pp=pp, dp=dp, arm=arm, slots=slots, max_num_batched_tokens=max_num_batched_tokens,
                        max_num_seqs=max_num_seqs)
     if fmt == "json":
-        click.echo(json.dumps(result, indent=2, default=str))
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         return
     from quantrack.render import render
 
-    layout = ", ".join(f"{k} {v}" for k, v in result["parallel"].items())
-    title = (f"{result['engine']} log vs plan: model {result['model']}, gpu {result['gpu'] or '-'}, "
-             f"arm {result['arm']['name']} (from {result['arm_source']}), {layout}, context {result['context_len']}")
-    click.echo(render(result["rows"], "table", title=title,
+    data = result.to_dict()
+    layout = ", ".join(f"{k} {v}" for k, v in result.parallel.items())
+    title = (f"{result.engine} log vs plan: model {result.model}, gpu {result.gpu or '-'}, "
+             f"arm {result.arm.name} (from {result.arm_source}), {layout}, context {result.context_len}")
+    click.echo(render(data["rows"], "table", title=title,
                       headers={"predicted": "predicted (derived)", "log": "log (measured)", "error_pct": "error %"}))
-    click.echo("parallel layout: " + "; ".join(f"{k} {result['parallel'][k]} ({v})"
-                                                  for k, v in result["parallel_basis"].items()))
-    if result.get("memory_basis"):
-        click.echo(f"device memory: {result['memory_basis']}")
-    settings = result.get("settings") or {}
+    click.echo("parallel layout: " + "; ".join(f"{k} {result.parallel[k]} ({v})"
+                                                  for k, v in result.parallel_basis.items()))
+    if result.memory_basis:
+        click.echo(f"device memory: {result.memory_basis}")
+    settings = result.settings
     if settings:
         given = max_num_batched_tokens is not None or max_num_seqs is not None
         click.echo("vLLM profile settings: " + ", ".join(f"{k} {v}" for k, v in settings.items())

@@ -32,15 +32,15 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-# --- options built from the settings schema (quantrack.schema): one definition for the flag and the study key
+# --- options built from the settings schema (quantrack.settings): one definition for the flag and the study key
 
 
 class SettingType(click.ParamType):
-    """A click type that parses and checks a value with the setting's own rule (quantrack.schema), so the
+    """A click type that parses and checks a value with the setting's own rule (quantrack.settings), so the
     flag accepts exactly what the study key does, and a bad value is quantrack's one-line error."""
 
     def __init__(self, cls: type, field: str, flag: str) -> None:
-        from quantrack.schema import fields_of
+        from quantrack.settings import fields_of
 
         self.cls, self.field, self.flag = cls, field, flag
         kind, check, _ = fields_of(cls)[field]
@@ -54,7 +54,7 @@ class SettingType(click.ParamType):
         return f"[{self.name}]" if self.choices else self.name.upper()
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from quantrack.schema import convert, parse_text
+        from quantrack.settings import convert, parse_text
 
         if isinstance(value, str):
             return parse_text(self.cls, self.field, value, self.flag)
@@ -71,7 +71,7 @@ def setting_option(cls: type, field: str, *aliases: str, name: str | None = None
     """``@setting_option(LatencySpec, "input_tokens", "--input-len")``: the option for a study setting, with
     the setting's type, range, default and help (``default``/``help`` override them for this command);
     ``aliases`` are other spellings of the same flag (the engines' benchmark flags)."""
-    from quantrack.schema import fields_of, flag_of, help_text
+    from quantrack.settings import fields_of, flag_of, help_text
 
     kind, _check, field_default = fields_of(cls)[field]
     flag = flag_of(cls, field)

@@ -106,11 +106,11 @@ def build_request(opts: dict[str, Any]) -> Any:
     ctx = _positive_int("context-len", opts.get("context_len")) or 4096
     mnbt = _positive_int("max-num-batched-tokens", opts.get("max_num_batched_tokens"))
     mns = _positive_int("max-num-seqs", opts.get("max_num_seqs"))
-    if (mnbt or mns) and not (opts.get("engine") and get_adapter(opts["engine"]).profile_settings):
+    if (mnbt or mns) and not (opts.get("engine") and get_adapter(opts["engine"]).memory.profile_settings):
         given = " and ".join(f"--{k}" for k, v in (("max-num-batched-tokens", mnbt), ("max-num-seqs", mns)) if v)
         raise BadInput(f"{given}: vLLM's profile settings, used by the engine-aware column; add --engine vllm")
     kvb = _positive_int("kv-cache-memory-bytes", opts.get("kv_cache_memory_bytes"))
-    if kvb and not (opts.get("engine") and get_adapter(opts["engine"]).profile_settings):
+    if kvb and not (opts.get("engine") and get_adapter(opts["engine"]).memory.profile_settings):
         raise BadInput("--kv-cache-memory-bytes is vLLM's setting (it replaces vLLM's memory profile); "
                        + (f"{opts['engine']} has no such flag" if opts.get("engine") else "add --engine vllm"))
     if opts.get("arm"):
@@ -181,7 +181,7 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
 
 def _profile_note(req: Any) -> str:
     """For --engine vllm: the profile settings the engine-aware column assumed (given, or vLLM's defaults)."""
-    if not (req.engine and get_adapter(req.engine).profile_settings):
+    if not (req.engine and get_adapter(req.engine).memory.profile_settings):
         return ""
     if req.kv_cache_memory_bytes:
         return f"; vLLM KV memory: --kv-cache-memory-bytes {req.kv_cache_memory_bytes} (no memory profile)"

@@ -45,14 +45,9 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     be cleared. A fleet experiment gets one section per GPU type and the fleet audit's findings."""
     from pathlib import Path
 
+    from quantrack.constraints import Constraints, parse_accuracy_drop, parse_max_kl, parse_slo
     from quantrack.errors import BadInput
-    from quantrack.report.decision import (
-        Constraints,
-        decision_report,
-        parse_accuracy_drop,
-        parse_max_kl,
-        parse_slo,
-    )
+    from quantrack.report.decision import decision_report
 
     flags = Constraints(
         slos=tuple(parse_slo(s) for s in slos),

@@ -85,7 +85,9 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
             raise SystemExit(EXIT_FAILED)
         return
 
-    from quantrack.runner import STATUS_REJECTED, RunOptions, run_study
+    from quantrack.run.orchestrate import run_study
+    from quantrack.run.outcome import RunOptions
+    from quantrack.run.schema import STATUS_REJECTED
 
     opts = RunOptions(arm=arms or None, base_url=base_url, server_log=server_log, tracking_uri=tracking_uri,
                       workdir=Path(workdir) if workdir else None, prices=prices)

@@ -115,11 +115,9 @@ def _resolved_for_arm(study, arm_name: str):  # type: ignore[no-untyped-def]
 
 
 def _arm(engine: str, spec: str):  # type: ignore[no-untyped-def]
-    """``--arm``: a preset or key=value spec; with llama.cpp a bare KV type (q8_0) means K and V cache of that type."""
-    from quantrack.arms import KV_DTYPES, make_arm, parse_arm_spec
+    """``--arm``: a preset or key=value spec, as the engine reads it (llama.cpp: a bare KV type, q8_0, means K
+    and V cache of that type: ``EngineAdapter.serve_arm``)."""
+    from quantrack.arms import parse_arm_spec
     from quantrack.engines import get_adapter
 
-    s = spec.strip().lower()
-    if engine and get_adapter(engine).kv_type_names_arm and "=" not in s and s in KV_DTYPES and s != "auto":
-        return make_arm(f"kv-{s}", weights="f16", kv=s)
-    return parse_arm_spec(spec)
+    return get_adapter(engine).serve_arm(spec) if engine else parse_arm_spec(spec)

@@ -32,15 +32,16 @@ def info(engine: str, base_url: str, timeout: float, fmt: str) -> None:
     base_url = check_base_url(base_url)
     timeout = check_timeout(timeout)
     try:
-        facts = get_adapter(engine).query(base_url, timeout=timeout)
+        live = get_adapter(engine).query(base_url, timeout=timeout)
     except httpx.HTTPError as exc:
         raise EngineError(f"cannot query {engine} at {base_url}: {describe_error(exc)}") from None
     except (ValueError, TypeError, AttributeError, KeyError):  # JSON that is not JSON, or not the engine's shape
         raise BadInput(f"--base-url {base_url} answered something that is not a {engine} server's JSON "
                        "(wrong --engine or not an engine server?)") from None
-    if not set(facts) - {"engine", "base_url"}:
+    if not live.facts:
         # every endpoint refused (HTTP 500 everywhere): nothing live to show, and no table pretending otherwise
         raise EngineError(f"{engine} server at {base_url} answered none of its info endpoints with HTTP 200")
+    facts = live.to_dict()
     if fmt == "json":
         click.echo(json.dumps(facts, indent=2, default=str))
         return

@@ -6,13 +6,19 @@ format and the live endpoints. The rest of quantrack talks to engines only throu
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import Arm
+
+if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
+    from quantrack.engines.logparse import FileSource, RuleSpec
 
 
 @dataclass
@@ -60,6 +66,56 @@ class LogReport:
 
 
 @dataclass
+class LiveFacts:
+    """What a running server says about itself (``EngineAdapter.query``, measured): the engine, where, and what
+    its info endpoints answered, as read. ``facts`` keeps each engine's own keys (vLLM's ``kv_cache_size_tokens``,
+    SGLang's ``max_total_num_tokens``, llama.cpp's ``slots`` ...); the two every engine may give are properties."""
+
+    engine: str
+    base_url: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def engine_version(self) -> str | None:
+        v = self.facts.get("engine_version")
+        return None if v is None else str(v)
+
+    @property
+    def model(self) -> str | None:
+        v = self.facts.get("model")
+        return None if v is None else str(v)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "base_url": self.base_url, **self.facts}
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A line that says "this engine wrote the log" (quantrack.engines.detect): a regular expression searched
+    anywhere in a line, its weight, where it was seen (a format string repo@sha:path:Lnn or a public log in
+    tests/data/public-logs/), and ``anchors``: literal strings one of which every match contains (the regex runs
+    only on text that holds one, a C-speed substring test)."""
+
+    engine: str
+    label: str
+    pattern: str
+    weight: int
+    source: str
+    anchors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LinePrefix:
+    """An engine's own line prefix (quantrack.engines.logparse.strip_prefix): ``pattern`` is anchored at the line's
+    start and may name the groups ``level`` and ``rank`` (a process or rank tag); ``first`` lists the characters
+    such a line can start with (the dispatch key); ``levels`` spells the level names out (llama.cpp's ``I``)."""
+
+    first: str
+    pattern: re.Pattern[str]
+    levels: Mapping[str, str] | None = None
+
+
+@dataclass
 class LaunchSpec:
     """Everything an adapter needs to build a launch command for one arm."""
 
@@ -91,34 +147,59 @@ class LaunchSpec:
         return out + list(self.arm.engine_args) + list(self.extra_args)
 
 
-class EngineAdapter(ABC):
-    """One per engine, registered by ``kind`` in ``quantrack.engines``."""
+@dataclass(frozen=True)
+class Serving:
+    """How the engine is started and found ready."""
 
-    kind: str = ""
     default_port: int = 8000
-    # Facts the rest of quantrack asks of an engine (callers read these; none branches on ``kind``).
-    label: str = ""  # how the engine is named to a user: "vLLM", "SGLang", "llama.cpp"
     health_path: str = "/health"
     health_needs_status_ok: bool = False  # the health body must also say {"status": "ok"} (llama.cpp)
-    gpu_memory_share: bool = True  # takes a fraction of GPU memory (vLLM/SGLang); llama.cpp allocates what it needs
-    serves_local_file: bool = False  # the model is one local file that must exist (a GGUF)
-    has_slots: bool = False  # the KV cache is split into parallel slots (llama.cpp -np): capacity per slot
-    server_timing: str | None = None  # where a server-side per-token time comes from, if the engine reports one
-    needs_gpu: bool = True  # a fleet job reserves the study's GPUs for it (llama.cpp studies run on CPU nodes)
+    local_file: bool = False  # the model is one local file that must exist (a GGUF)
+    refuses_context_over_max: bool = True  # refuses a context above the model's maximum (llama.cpp runs it)
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """How the engine takes device memory: a share of each GPU, sized by a profile (vLLM, SGLang), or what its
+    context needs, allocated at start (llama.cpp)."""
+
+    gpu_share: bool = True  # takes a fraction of GPU memory (vLLM/SGLang); llama.cpp allocates what it needs
+    default_share: float | None = None  # the engine's own default memory share, where it has one
+    # refuses to start unless free memory >= its share of the total: two servers on one GPU need shares adding to <= 1
+    start_checks_share: bool = False
+    profile_settings: bool = False  # max_num_batched_tokens / max_num_seqs shape its memory profile run
+    slots: bool = False  # one process whose KV cache is split into parallel slots (llama.cpp -np): no TP ranks
+    full_context_kv: bool = False  # allocates the KV cache of the whole context at start (llama.cpp)
+
+
+@dataclass(frozen=True)
+class Install:
+    """What a node installs for the engine, and what the rules compare."""
+
     pip_requirement: str | None = None  # the engine's own pip package, pinned per study ([engine] version)
     quantrack_extra: str = ""  # the quantrack extra a node installs for this engine ("[cpu]": xllamacpp)
-    kv_type_names_arm: bool = False  # `serve --arm q8_0`: a bare KV type names an f16 arm with that KV cache
-    release_versions: bool = True  # has release versions the rules compare (llama.cpp builds are numbered)
-    default_util: float | None = None  # the engine's own default memory share, where it has one
-    start_checks_memory_share: bool = False  # refuses to start unless free memory >= its share of the total:
-    #                                          two servers on one GPU need shares that add up to <= 1
+    needs_gpu: bool = True  # a fleet job reserves the study's GPUs for it (llama.cpp studies run on CPU nodes)
     cuda_gated: bool = False  # rules gate on the CUDA its wheels were built with (--cuda)
+    release_versions: bool = True  # has release versions the rules compare (llama.cpp builds are numbered)
+
+
+class EngineAdapter(ABC):
+    """One per engine, registered by ``kind`` in ``quantrack.engines``. Callers read its facts and call its
+    methods; none branches on ``kind``."""
+
+    kind: str = ""
+    label: str = ""  # how the engine is named to a user: "vLLM", "SGLang", "llama.cpp"
+    serving: Serving = Serving()
+    memory: MemoryModel = MemoryModel()
+    install: Install = Install()
+    server_timing: str | None = None  # where a server-side per-token time comes from, if the engine reports one
     # LogReport fields (or extra keys) printed only once the weights are on the device, where fallback lines
-    # are printed: a log without any of them cannot rule a fallback out
+    # are printed (``loaded``)
     loaded_fields: tuple[str, ...] = ("weights_gib", "kv_cache_tokens")
-    refuses_context_over_max: bool = True  # refuses a context above the model's maximum (llama.cpp runs it)
-    allocates_full_context_kv: bool = False  # allocates the KV cache of the whole context at start (llama.cpp)
-    profile_settings: bool = False  # max_num_batched_tokens / max_num_seqs shape its memory profile run
+
+    # its [engine.KIND] table of rules/methods.toml (flags, KV spellings, methods) when that file has none: an
+    # engine registered at run time (a plugin, the test engine) carries its own; the built-in ones are in the file
+    methods: Mapping[str, Any] | None = None
 
     max_prompt_logprobs: int | None = None  # the most top-k log-probabilities per prompt position by default
     # the engine's own view during a sweep level (quantrack.measure.scrape): Prometheus series per figure, the
@@ -152,7 +233,7 @@ class EngineAdapter(ABC):
         (TP, served name, context, study args) with one slot and ``util`` as its memory share."""
         from dataclasses import replace
 
-        return replace(spec, util=util if self.gpu_memory_share else None, parallel=1)
+        return replace(spec, util=util if self.memory.gpu_share else None, parallel=1)
 
     @abstractmethod
     def launch_argv(self, spec: LaunchSpec) -> list[str]:
@@ -162,14 +243,50 @@ class EngineAdapter(ABC):
         """Extra environment for the server process (arm env included)."""
         return {**spec.env, **spec.arm.env_dict}
 
+    # -- startup log (quantrack.engines.logparse, .detect) ----------------------------------------------
+    markers: tuple[Marker, ...] = ()  # lines that say this engine wrote a log, with their weights
+    line_prefixes: tuple[LinePrefix, ...] = ()  # this engine's own line prefixes, stripped before matching
+    # fallback and degraded-mode rules, also looked for in every other engine's log (one scan finds them all)
+    fallback_rules: Sequence[RuleSpec] = ()
+
     @abstractmethod
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        """Parse a startup log, streaming line by line."""
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        """Parse a startup log, streaming (text, lines, or a logparse.FileSource scanned in blocks);
+        ``extra_rules`` run in the same pass (the other engines' fallback catalogues)."""
 
     def parse_log_file(self, path: str | Path) -> LogReport:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return self.parse_log(fh, source=str(path))
+        """A log the runner captured, streamed from disk; every engine's fallback catalogue is looked for too
+        (quantrack.engines.parse_log_file with this engine given; an empty or binary file gives not-found fields)."""
+        from quantrack.engines import parse_log_file
+
+        return parse_log_file(path, self.kind, strict=False)
+
+    def loaded(self, report: LogReport) -> bool:
+        """The log got as far as loading the weights, where fallback lines are printed: a log without any of
+        ``loaded_fields`` cannot rule a fallback out (the run's ``fallback`` and ``quantrack audit``)."""
+        return any((getattr(report, f) if hasattr(report, f) else report.extra.get(f)) is not None
+                   for f in self.loaded_fields)
+
+    def serve_arm(self, spec: str) -> Arm:
+        """The arm ``quantrack serve --arm SPEC`` names (quantrack.arms.parse_arm_spec)."""
+        from quantrack.arms import parse_arm_spec
+
+        return parse_arm_spec(spec)
+
+    # -- capacity (quantrack.capacity: the arithmetic; the adapter picks its engine's reservation model) ------
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """The KV capacity this engine is predicted to log for one arm (derived); ``kv`` is the arm's KV dtype
+        for this model, ``settings`` the engine settings given (None: the engine's defaults)."""
+        from quantrack.errors import BadInput
+
+        raise BadInput(f"{self.label or self.kind}: no capacity model")
+
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """The arm (weights x KV dtype) this engine's log establishes, or None and why not."""
+        return None, f"the arm is not read from a {self.label or self.kind} log"
 
     @abstractmethod
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """Live facts from a running server (version, model, KV capacity where exposed)."""

@@ -126,8 +126,8 @@ class ManagedServer:
             spec = replace(spec, port=free_port(spec.host))
         argv = adapter.launch_argv(spec)
         env = adapter.launch_env(spec)
-        kwargs.setdefault("health_path", getattr(adapter, "health_path", "/health"))
-        kwargs.setdefault("require_status_ok", adapter.health_needs_status_ok)
+        kwargs.setdefault("health_path", adapter.serving.health_path)
+        kwargs.setdefault("require_status_ok", adapter.serving.health_needs_status_ok)
         kwargs.setdefault("name", adapter.kind)
         return cls(argv, port=spec.port, host=spec.host, env=env, **kwargs)
 
@@ -311,7 +311,7 @@ def server_for_arm(
     from quantrack.engines.base import LaunchSpec
 
     adapter = get_adapter(engine)
-    if adapter.serves_local_file and not Path(str(arm.model or model)).is_file():
+    if adapter.serving.local_file and not Path(str(arm.model or model)).is_file():
         raise BadInput(f"GGUF file not found: {arm.model or model}")
     spec = LaunchSpec(model=model, arm=arm, host=host, port=port or free_port(host), context_len=context_len,
                       util=util, tp=tp, parallel=parallel, served_name=served_name, extra_args=tuple(extra_args),
@@ -332,7 +332,7 @@ def launch_spec_for_study(study: Any, arm: Any, *, port: int | None = None) -> A
     model = arm.model or study.model.path or study.model.gguf or study.model.name
     if not model:
         raise BadInput("the study's [model] needs a path (what the engine serves)")
-    gpu_engine = get_adapter(study.engine.kind).gpu_memory_share
+    gpu_engine = get_adapter(study.engine.kind).memory.gpu_share
     return LaunchSpec(model=model, arm=arm, host=study.engine.host,
                       port=study.engine.port if port is None else port, context_len=study.context_len,
                       util=study.gpu.util if gpu_engine else None, tp=study.gpu.count, parallel=study.parallel,
@@ -349,7 +349,7 @@ def kl_baseline_server(study: Any, baseline: Any, *, log_path: str | Path | None
     adapter = get_adapter(study.engine.kind)
     util = study.eval.kl_baseline_util if study.eval.kl_baseline_util is not None else study.gpu.util
     spec = adapter.side_server_spec(launch_spec_for_study(study, baseline, port=0), util)
-    if adapter.serves_local_file and not Path(spec.arm.model or spec.model).is_file():
+    if adapter.serving.local_file and not Path(spec.arm.model or spec.model).is_file():
         raise BadInput(f"GGUF file not found: {spec.arm.model or spec.model}")
     return ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
                                   name=f"{adapter.kind}-{baseline.name}-kl-baseline")
@@ -367,7 +367,7 @@ def server_for_study(study: Any, arm_name: str, log_path: str | Path | None = No
     arm = next(a for a in study.arms if a.name == arm_name)
     spec = launch_spec_for_study(study, arm)
     adapter = get_adapter(study.engine.kind)
-    if adapter.serves_local_file and not Path(spec.model).is_file():
+    if adapter.serving.local_file and not Path(spec.model).is_file():
         raise BadInput(f"GGUF file not found: {spec.model}")
     return ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
                                   name=f"{adapter.kind}-{arm.name}")

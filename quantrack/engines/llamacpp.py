@@ -12,11 +12,20 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from quantrack.arms import Arm
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.arms import GGUF_TYPES, Arm
+from quantrack.engines.base import (
+    EngineAdapter,
+    Install,
+    LaunchSpec,
+    LinePrefix,
+    LiveFacts,
+    LogReport,
+    Marker,
+    MemoryModel,
+    Serving,
+)
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -29,6 +38,10 @@ from quantrack.engines.logparse import (
     startup_only,
 )
 from quantrack.errors import BadInput
+
+if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
 
 # -ctk/-ctv spellings come from the rulebook (rules/methods.toml, llama.cpp@0c1e57098:common/arg.cpp:L304-L323).
 GPU_ONLY_WEIGHTS = {"fp8", "int8", "w4a16", "nvfp4"}
@@ -104,6 +117,50 @@ _USING_DEV = re.compile(r"using device (\S+) \((.+?)\)")                        
 _CPU_DEV = re.compile(r"- CPU\s+: (.+?) \(\d+ MiB")                                     # real xllamacpp log
 _FA_AUTO = re.compile(r"Flash Attention (enabled|not supported, set to disabled)")      # llama-context.cpp:L550-L553
 _FALLBACK_Q = re.compile(r"(\d+) of (\d+) tensor\(s\) required fallback quantization")  # llama-quant.cpp
+
+
+# llama.cpp's line prefix: ``0.00.291.950 I text`` (xllamacpp / llama-server with timestamps), or none at all
+LINE_PREFIXES = (
+    LinePrefix("0123456789", re.compile(r"^(?P<ts>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[DIWEN]) "),
+               {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "N": "INFO"}),
+)
+
+# --- detection (quantrack.engines.detect): lines that say llama.cpp wrote a log (and forks that keep its lines:
+# ik_llama.cpp, llama-cpp-python, lemonade builds)
+# Each marker names where it was seen: a format string (repo@sha:path:Lnn, engine-facts.md) or a public log kept
+# verbatim in tests/data/public-logs/ (named by its file there); anchors: literals every match contains.
+# fmt: off
+MARKERS: tuple[Marker, ...] = (
+    Marker("llamacpp", "llama.cpp loader", r"\bllama_model_loader: ", 6, "llama.cpp@0c1e57098:src/llama-model-loader.cpp:L825",
+           ("llama_model_loader: ",)),
+    Marker("llamacpp", "llama.cpp tensors", r"\b(?:llm_)?load_tensors: ", 5, "llama.cpp@0c1e57098:src/llama-model.cpp:L1924; llamacpp-6122-...",
+           ("load_tensors: ",)),
+    Marker("llamacpp", "llama.cpp model info", r"\b(?:print_info|llm_load_print_meta|llm_load_vocab|load_hparams): ", 5,
+           "llama.cpp@0c1e57098:src/llama-model-loader.cpp:L1805; llamacpp-10560-...",
+           ("print_info: ", "llm_load_print_meta: ", "llm_load_vocab: ", "load_hparams: ")),
+    Marker("llamacpp", "llama.cpp context", r"\b(?:llama_context|llama_new_context_with_model|create_memory): ", 6,
+           "llama.cpp@0c1e57098:src/llama-context.cpp:L309; iklcpp-237-mla-context.log",
+           ("llama_context: ", "llama_new_context_with_model: ", "create_memory: ")),
+    Marker("llamacpp", "llama.cpp KV cache", r"\bllama_kv_cache(?:_init|_unified(?:_iswa)?)?: ", 6,
+           "llama.cpp@0c1e57098:src/llama-kv-cache.cpp:L301; llamacpp-lcpp1939-docker-prefix.log",
+           ("llama_kv_cache",)),
+    Marker("llamacpp", "ggml backend", r"\bggml_(?:cuda_init|metal_init|vulkan|backend|init)\w*:", 5, "llamacpp-18011-rocm-strix-device.log",
+           ("ggml_",)),
+    Marker("llamacpp", "llama.cpp server", r"\bsrv +\w+: |\bslot +\w+: id +\d+ \| task|Available slots:|-> Slot \d+ - max context", 5,
+           "llamacpp-17300-server-4-slots.log, llamacpp-5104-old-server-slot.log",
+           ("srv ", "slot ", "Available slots:", "-> Slot ")),
+    Marker("llamacpp", "llama.cpp build", r"\b(?:main: )?build = \d+ \([0-9a-f]+\)|\bbuild_info: |\bllama-server\b|\bllama_perf_", 4,
+           "llamacpp-5137-cpu-only-old.log",
+           ("build = ", "build_info: ", "llama-server", "llama_perf_")),
+    Marker("llamacpp", "GGUF", r"\bGGUF V\d\b|\.gguf\b", 2, "llamacpp-10560-old-print-meta.log",
+           ("GGUF V", ".gguf")),
+    Marker("llamacpp", "offloaded layers", r"offloaded \d+/\d+ layers to GPU", 4, "llama.cpp@0c1e57098:src/llama-model.cpp:L1924",
+           ("layers to GPU",)),
+    Marker("llamacpp", "llama.cpp prefix", r"(?:^|\] )\d+\.\d\d\.\d\d\d\.\d\d\d [DIWEN] (?=\w)", 2,
+           "llamacpp-23652-slots-n-ctx.log, xllamacpp reference logs",
+           (" I ", " W ", " E ", " D ", " N ")),
+)
+# fmt: on
 
 EXPECTED = (
     "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
@@ -405,6 +462,11 @@ def have_llama_server(binary: str | None = None) -> bool:
     return shutil.which(binary or "llama-server") is not None
 
 
+# GGUF file types the log may name -> weights: the one table (quantrack.arms.GGUF_TYPES); an MXFP4 file type
+# is not read from a log yet
+_GGUF_WEIGHTS = {t: t for t in GGUF_TYPES if t != "mxfp4"}
+
+
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
     # observed from the xllamacpp 2026.10.11549 server started with --metrics: no KV-usage gauge, no preemptions
@@ -416,20 +478,22 @@ class LlamacppAdapter(EngineAdapter):
     }
     slots_path = "/slots"
     label = "llama.cpp"
-    default_port = 8080
-    health_path = "/health"  # 200 with {"status": "ok"} once the model is loaded
-    health_needs_status_ok = True
-    gpu_memory_share = False
-    serves_local_file = True
-    has_slots = True
+    # /health: 200 with {"status": "ok"} once the model is loaded
+    serving = Serving(default_port=8080, health_path="/health", health_needs_status_ok=True, local_file=True,
+                      refuses_context_over_max=False)
+    memory = MemoryModel(gpu_share=False, slots=True, full_context_kv=True)
+    install = Install(quantrack_extra="[cpu]", needs_gpu=False, release_versions=False)
     server_timing = "llama.cpp timings.predicted_per_token_ms"
-    needs_gpu = False
-    quantrack_extra = "[cpu]"
-    kv_type_names_arm = True
-    release_versions = False
     loaded_fields = ("model_buffers_mib", "offloaded_layers", "kv_mib", "kv_cache_tokens")
-    refuses_context_over_max = False
-    allocates_full_context_kv = True
+
+    def serve_arm(self, spec: str) -> Arm:
+        """``serve --arm q8_0``: a bare KV type names an f16 arm with that KV cache."""
+        from quantrack.arms import KV_DTYPES, make_arm
+
+        s = spec.strip().lower()
+        if "=" not in s and s in KV_DTYPES and s != "auto":
+            return make_arm(f"kv-{s}", weights="f16", kv=s)
+        return super().serve_arm(spec)
 
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """One slot and one thread: the candidate it runs beside keeps its own threads."""
@@ -469,22 +533,43 @@ class LlamacppAdapter(EngineAdapter):
             out.append(parse_llamacpp(post(path, body), k))
         return out
 
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        return parse_llamacpp_log(lines, source)
+    markers = MARKERS
+    line_prefixes = LINE_PREFIXES
+    fallback_rules = FALLBACK_RULES
 
-    def parse_log_file(self, path: str | Path) -> LogReport:
-        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
-        from quantrack.engines import parse_log_file
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        return parse_llamacpp_log(lines, source, extra_rules)
 
-        return parse_log_file(path, self.kind, strict=False)
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """The whole context's KV cells, allocated at start (quantrack.capacity.predict_llamacpp)."""
+        from quantrack.capacity import predict_llamacpp
 
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+        return predict_llamacpp(self.kind, shape, arm, kv, settings)
+
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """The GGUF file type names the weights; the K and V cache types the KV cache."""
+        from quantrack.arms import make_arm
+
+        quant = (report.quantization or "").strip().lower()
+        kv_raw = (report.kv_cache_dtype or "auto").strip().lower()
+        w = _GGUF_WEIGHTS.get(quant)
+        if w is None:
+            return None, (f"GGUF file type {report.quantization!r} is not one quantrack models" if quant else
+                          "the log has no GGUF file type line (print_info: file type)")
+        kv = kv_raw if "," not in kv_raw and kv_raw not in ("f16", "auto") else "auto"
+        if "," in kv_raw:
+            return None, f"K and V cache types differ ({report.kv_cache_dtype})"
+        return make_arm(f"{w}-kv-{kv}" if kv != "auto" else w, weights=w, kv=kv, dtype="auto"), ""
+
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """``/props``, ``/v1/models``, ``/slots``, ``/metrics``: llama-server's routes (ggml-org/llama.cpp
         tools/server README "API Endpoints"; all four answered 200 from the xllamacpp server here)."""
         import httpx
 
         base = base_url.rstrip("/")
-        out: dict[str, Any] = {"engine": "llamacpp", "base_url": base}
+        out: dict[str, Any] = {}
         with httpx.Client(timeout=timeout) as client:
             r = client.get(f"{base}/props")
             if r.status_code == 200:
@@ -498,4 +583,4 @@ class LlamacppAdapter(EngineAdapter):
             r = client.get(f"{base}/metrics")
             if r.status_code == 200:
                 out["metrics"] = parse_llamacpp_metrics(r.text)
-        return out
+        return LiveFacts(self.kind, base, out)

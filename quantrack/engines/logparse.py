@@ -5,11 +5,8 @@ turning any byte soup into numbered text lines, and the bookkeeping every parser
 value wins, so lines repeated by every tensor-parallel rank count once; events de-duplicated;
 ``not_found`` filled from the fields an engine's log is expected to give).
 
-Prefix formats (engine-facts.md, the real reference logs and the public excerpts in tests/data/public-logs/):
-- vLLM:      ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text`` (process tag optional; its rank
-  tags TP/PP/DP/rank= are recorded as ``*_size_seen``)
-- SGLang:    ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text`` / 0.3's ``[16:43:29 TP0] text``
-- llama.cpp: ``0.00.291.950 I text`` (xllamacpp / llama-server with timestamps) or plain ``text``
+Each engine's own prefix formats are its adapter's ``line_prefixes`` (in its module, with the lines they were
+taken from); rank tags in a prefix (TP/PP/DP/rank=) are recorded as ``*_size_seen``.
 Wrappers other programs add in front (docker compose ``name  | ``, a ``[pid] ``, ``vLLM STDOUT: ``, ``> ``) are
 peeled off first. Rules marked ``startup_only`` stop being searched after the first 8 MiB of a file.
 """
@@ -20,24 +17,13 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from quantrack.engines.base import LogEvent, LogReport
+import quantrack.engines as _engines
+from quantrack.engines.base import LinePrefix, LogEvent, LogReport
 
 # Long lines (tqdm progress bars glued with \r, binary junk) are cut before regex matching:
 # every figure quantrack reads sits well inside the first few KiB of its line.
 MAX_LINE_CHARS = 16384
 
-_VLLM_PREFIX = re.compile(
-    r"^(?:\((?P<proc>[^)]{1,80})\)\s+)?"
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
-    r"\[?(?P<src>[^\]\s]{1,120})\]\s?"  # v0 printed "file.py:56]" without the opening bracket
-)
-_VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[^)]{1,80})\)\s")
-_SGLANG_PREFIX = re.compile(
-    r"^\[(?P<ts>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?"
-)
-_LLAMACPP_PREFIX = re.compile(r"^(?P<ts>\d+\.\d\d\.\d\d\d\.\d\d\d) (?P<level>[DIWEN]) ")
-
-_LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "N": "INFO"}
 # What other programs put in front of an engine's own prefix (seen in public logs, tests/data/public-logs):
 # docker compose "llama-1  | ", a "[47161] " process id, "vLLM STDOUT: " (unsloth), a "> " quote, "**" bold.
 _WRAPPER = re.compile(r"^(?:[\w.-]{1,40} +\| |\[\d{1,9}\] |vLLM STDOUT: |> |\*\*)+")
@@ -59,35 +45,46 @@ class Line:
     raw: str = ""
 
 
+_table: dict[str, tuple[LinePrefix, ...]] = {}
+_table_generation = -1
+
+
+def _prefixes() -> dict[str, tuple[LinePrefix, ...]]:
+    """First character -> the registered engines' line prefixes that can start with it (registry order)."""
+    global _table, _table_generation
+    if _table_generation != _engines.registry_generation():
+        table: dict[str, list[LinePrefix]] = {}
+        for adapter in _engines.adapters():
+            for prefix in adapter.line_prefixes:
+                for c in prefix.first:
+                    table.setdefault(c, []).append(prefix)
+        _table, _table_generation = {c: tuple(v) for c, v in table.items()}, _engines.registry_generation()
+    return _table
+
+
 def strip_prefix(line: str) -> tuple[str, str | None, str | None]:
-    """Return (text, level, rank) for one line of any supported engine; unknown prefixes pass through."""
+    """Return (text, level, rank) for one line of any registered engine (each adapter's ``line_prefixes``);
+    unknown prefixes pass through."""
     if not line:
         return "", None, None
+    table = _table if _table_generation == _engines.registry_generation() else _prefixes()
     c = line[0]
     if c in "[>*vV" or " | " in line[:48]:
         w = _WRAPPER.match(line)
-        if w and not _SGLANG_PREFIX.match(line):
+        if w and not any(p.pattern.match(line) for p in table.get(c, ())):
             line = line[w.end():]
             if not line:
                 return "", None, None
             c = line[0]
-    if c == "(" or c in "DIWEC":
-        m = _VLLM_PREFIX.match(line)
+    for prefix in table.get(c, ()):
+        m = prefix.pattern.match(line)
         if m:
-            return line[m.end():], m.group("level"), m.group("proc")
-        if c == "(":
-            m2 = _VLLM_PROC_ONLY.match(line)
-            if m2:
-                return line[m2.end():], None, m2.group("proc")
-    elif c == "[":
-        m = _SGLANG_PREFIX.match(line)
-        if m:
-            rank = (m.group("rank") or "").strip() or None
-            return line[m.end():], None, rank
-    elif c.isdigit():
-        m = _LLAMACPP_PREFIX.match(line)
-        if m:
-            return line[m.end():], _LEVELS.get(m.group("level")), None
+            groups = m.groupdict()
+            level = groups.get("level")
+            if level is not None and prefix.levels is not None:
+                level = prefix.levels.get(level)
+            rank = (groups.get("rank") or "").strip() or None
+            return line[m.end():], level, rank
     return line, None, None
 
 

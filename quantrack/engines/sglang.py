@@ -10,11 +10,20 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import Arm
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.base import (
+    EngineAdapter,
+    Install,
+    LaunchSpec,
+    LinePrefix,
+    LiveFacts,
+    LogReport,
+    Marker,
+    MemoryModel,
+    Serving,
+)
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -28,8 +37,12 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
-from quantrack.engines.vllm import GGUF_TYPES, rulebook_flags
+from quantrack.engines.vllm import GGUF_TYPES, hf_arm, rulebook_flags
 from quantrack.errors import BadInput
+
+if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
 
 
 # --- arm -> flags (spellings from the rulebook: rules/methods.toml; see vllm.py) -----------------------------------
@@ -72,6 +85,50 @@ _ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (\S+) backend
 _ATTN_MODEL = re.compile(r"Using (\S+) as attention backend")
 _MIN_CAP = re.compile(r"is not supported for the current GPU\. Minimum capability: (\d+)\. Current capability: (\d+)")
 _VERSION = re.compile(r"sglang(?: version|==| v)\s*(\d+\.\d+\.\d+\S*)", re.IGNORECASE)
+
+
+# SGLang's line prefix: ``[2026-02-27 17:10:27 TP0] text`` / ``[2026-11-29 11:08:09] text`` / 0.3's ``[16:43:29 TP0] text``
+LINE_PREFIXES = (
+    LinePrefix("[", re.compile(
+        r"^\[(?P<ts>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d)"
+        r"(?:\s+(?P<rank>(?:DP\d+\s*)?(?:PP\d+\s*)?(?:TP\d+)?(?:\s*EP\d+)?))?\]\s?")),
+)
+
+# --- detection (quantrack.engines.detect): lines that say SGLang wrote a log
+# Each marker names where it was seen: a format string (repo@sha:path:Lnn, engine-facts.md) or a public log kept
+# verbatim in tests/data/public-logs/ (named by its file there); anchors: literals every match contains.
+# fmt: off
+MARKERS: tuple[Marker, ...] = (
+    Marker("sglang", "SGLang log prefix", r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\]", 2, "sglang-29575-max-total-tokens.log",
+           ("[1", "[2")),
+    Marker("sglang", "SGLang rank prefix", r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d (?:DP\d+ ?)?(?:PP\d+ ?)?(?:TP\d+)(?: ?EP\d+)?\]", 5,
+           "sglang-11716-tp8-init.log; 0.3 printed the time only: sglang-1612-v03-runtime-time-prefix.log",
+           (" TP",)),
+    Marker("sglang", "SGLang batch lines", r"(?:Prefill|Decode) batch\. #(?:new-seq|running-req): \d+", 5,
+           "sglang-1612-v03-runtime-time-prefix.log",
+           (" batch. #",)),
+    Marker("sglang", "SGLang server args", r"server_args=ServerArgs\(", 8, "sglang@v0.5.23:python/sglang/srt/server_args.py",
+           ("server_args=ServerArgs(",)),
+    Marker("sglang", "SGLang scheduler summary", r"max_total_num_tokens=\d+", 6, "sglang@v0.5.23:python/sglang/srt/managers/scheduler.py:L1269",
+           ("max_total_num_tokens=",)),
+    Marker("sglang", "SGLang KV pool", r"KV Cache is allocated\.|Memory pool end\.|Mamba Cache is allocated\.", 6,
+           "sglang@v0.5.23:python/sglang/srt/mem_cache/memory_pool.py:L2088",
+           ("KV Cache is allocated", "Memory pool end", "Mamba Cache is allocated")),
+    Marker("sglang", "SGLang weight load", r"Load weight (?:begin|end)\.", 6, "sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373",
+           ("Load weight ",)),
+    Marker("sglang", "SGLang init lines", r"Init torch distributed (?:begin|ends)|Capture (?:[\w ]+ )?(?:cuda|CUDA) graph (?:begin|end)|"
+           r"Using KV cache dtype: |Scheduler hit an exception", 4, "sglang-11716-..., sglang-ktransformers1870-...",
+           ("Init torch distributed", " graph begin", " graph end", "Using KV cache dtype", "Scheduler hit an exception")),
+    Marker("sglang", "SGLang name", r"\bsglang\b|\bSGLang\b|--mem-fraction-static|\bmem_fraction_static\b|--allow-auto-truncate", 4,
+           "sglang-4048-tp8-input-too-long.log ('--allow-auto-truncate')",
+           ("sglang", "SGLang", "mem-fraction-static", "mem_fraction_static", "allow-auto-truncate")),
+    Marker("sglang", "SGLang CUDA-graph progress bar", r"Capturing (?:num tokens \(num_tokens=\d+ |batches \((?:bs=\d+ )?)avail_mem=", 3,
+           "tests/data/logs/h200-util045/sglang-0.5.16-bf16.log (SGLang 0.5.16 tqdm bar)",
+           ("Capturing num tokens (", "Capturing batches (")),
+    Marker("sglang", "Marlin FP8 fallback text", r"does not have native support for FP8 computation", 1, "engine-facts §2.1",
+           ("native support for FP8",)),
+)
+# fmt: on
 
 EXPECTED = (
     "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
@@ -337,10 +394,10 @@ class SglangAdapter(EngineAdapter):
         "prefix_hit_rate": ("sglang:cache_hit_rate",),
     }
     label = "SGLang"
+    serving = Serving(default_port=30000, health_path="/health")
+    memory = MemoryModel(gpu_share=True)
+    install = Install(pip_requirement="sglang")
     loaded_fields = ("weights_gib", "kv_cache_tokens", "available_kv_gib")
-    pip_requirement = "sglang"
-    default_port = 30000
-    health_path = "/health"
 
     def launch_argv(self, spec: LaunchSpec) -> list[str]:
         model = spec.arm.model or spec.model
@@ -356,23 +413,40 @@ class SglangAdapter(EngineAdapter):
         path, body = sglang_request(ids, start, k)
         return parse_sglang(post(path, body), ids, start, k)
 
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        return parse_sglang_log(lines, source)
+    markers = MARKERS
+    line_prefixes = LINE_PREFIXES
+    fallback_rules = FALLBACK_RULES
 
-    def parse_log_file(self, path: str | Path) -> LogReport:
-        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
-        from quantrack.engines import parse_log_file
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        return parse_sglang_log(lines, source, extra_rules)
 
-        return parse_log_file(path, self.kind, strict=False)
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """SGLang's mem_fraction_static pool (quantrack.capacity.predict_sglang)."""
+        from quantrack.capacity import predict_sglang, share_basis
 
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+        basis = share_basis(shape, gpu_memory_bytes, arm, kv, settings)
+        return predict_sglang(self.kind, shape, arm, kv, gpu_memory_bytes, settings, basis)
+
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """``--quantization`` of server_args or ``quant=`` of the load line name the weights' format.
+        ``dtype=torch.bfloat16`` is the activation dtype, and ``quantization=None`` also describes a pre-quantized
+        checkpoint, so neither establishes bf16 weights."""
+        quant = (report.quantization or "").strip().lower()
+        if quant == "none" and not report.extra.get("quant_from_load_line"):
+            return None, ("SGLang's quantization=None is printed for a pre-quantized checkpoint too, and the dtype= "
+                          "of its load line is the activation dtype: the weights' format is not in the log")
+        return hf_arm(report, "no server_args line with quantization=")
+
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """``/server_info`` first (the new name: the real 0.5.16 log says "Endpoint '/get_server_info'
         is deprecated ... Please use '/server_info' instead."), then ``/get_server_info``
         (listed in SGLang's native-API docs, sgl-project docs "SGLang Native APIs")."""
         import httpx
 
         base = base_url.rstrip("/")
-        out: dict[str, Any] = {"engine": "sglang", "base_url": base}
+        out: dict[str, Any] = {}
         with httpx.Client(timeout=timeout) as client:
             for path in ("/server_info", "/get_server_info"):
                 r = client.get(f"{base}{path}")
@@ -380,4 +454,4 @@ class SglangAdapter(EngineAdapter):
                     out.update(parse_server_info(r.json()))
                     out["endpoint"] = path
                     break
-        return out
+        return LiveFacts(self.kind, base, out)

@@ -10,12 +10,21 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
 from quantrack.engines import DEFAULT_UTIL
-from quantrack.engines.base import EngineAdapter, LaunchSpec, LogReport
+from quantrack.engines.base import (
+    EngineAdapter,
+    Install,
+    LaunchSpec,
+    LinePrefix,
+    LiveFacts,
+    LogReport,
+    Marker,
+    MemoryModel,
+    Serving,
+)
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -30,6 +39,10 @@ from quantrack.engines.logparse import (
     torch_dtype_short,
 )
 from quantrack.errors import BadInput
+
+if TYPE_CHECKING:
+    from quantrack.capacity import CapacitySettings, EnginePrediction
+    from quantrack.catalog import ModelShape
 
 # --- arm -> flags -------------------------------------------------------------------------------
 # Flag spellings per engine live in the rulebook (rules/methods.toml, quantrack.rulebook.engine_flags), each with
@@ -125,6 +138,86 @@ _UNIT = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024 / 1024}
 # _dummy_sampler_run with its dummy_metadata, github.com/vllm-project/vllm/issues/27508): an OOM after one is "profiling"
 _PROFILE_PHASE = ("Memory profiling", "profile_run", "determine_num_available_blocks", "determine_available_memory",
                   "_initialize_kv_caches", "Starting profile run", "_dummy_sampler_run", "dummy_metadata")
+
+
+# vLLM's line prefix: ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text``, the process tag optional
+# (its rank tags TP/PP/DP/rank= are recorded as ``*_size_seen``); V0 printed "file.py:56]" without the "["
+LINE_PREFIXES = (
+    LinePrefix("(DIWEC", re.compile(
+        r"^(?:\((?P<rank>[^)]{1,80})\)\s+)?"
+        r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+        r"\[?(?P<src>[^\]\s]{1,120})\]\s?")),
+    LinePrefix("(", re.compile(r"^\((?P<rank>[^)]{1,80})\)\s")),  # a process tag alone (the text's own format)
+)
+
+# --- detection (quantrack.engines.detect): lines that say vLLM wrote a log
+# Each marker names where it was seen: a format string (repo@sha:path:Lnn, engine-facts.md) or a public log kept
+# verbatim in tests/data/public-logs/ (named by its file there); anchors: literals every match contains.
+# fmt: off
+MARKERS: tuple[Marker, ...] = (
+    # logger prefix "LEVEL MM-DD HH:MM:SS [file.py:NNN]" (V0 printed "file.py:NNN]" without "[")
+    Marker("vllm", "vLLM log prefix", r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?=\[?[\w.]+\.py:\d+\])", 3,
+           "vllm@4ba787ec9:vllm/logger.py (_FORMAT); every vllm-*.log in tests/data/public-logs",
+           ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL ")),
+    Marker("vllm", "vLLM logger file name", r"\[?\b(?:gpu_worker|worker|gpu_model_runner|model_runner|executor_base|kv_cache_utils|llm_engine|"
+           r"distributed_gpu_executor|multiproc_executor|multiproc_worker_utils|marlin_utils_fp8|awq_marlin|gptq_marlin|"
+           r"gpu_executor|ray_distributed_executor|async_llm_engine|enc_dec_model_runner|cuda_communicator|"
+           r"default_loader|backends|monitor|core_client|api_server|arg_utils|parallel_state)\.py:\d+\]", 3,
+           "vllm-13882-..., vllm-12126-..., vllm-sglang12887-marlin-fp8-line.log (tests/data/public-logs)",
+           (".py:",)),
+    Marker("vllm", "vLLM process prefix", r"\((?:VllmWorker(?:Process)?(?: TP\d+| rank=\d+)?|EngineCore(?:_DP\d+)?|APIServer|"
+           r"Worker(?:_[TPD]P\d+)*|RayWorkerWrapper)(?: pid=\d+)", 4,
+           "vllm-14447-..., vllm-32105-..., vllm-club3090-430-... (tests/data/public-logs)",
+           (" pid=",)),
+    Marker("vllm", "vLLM engine banner", r"Initializing an? (?:V\d )?LLM engine", 8,
+           "vllm@4ba787ec9:vllm/v1/engine/core.py:L140; vllm-2418-v02-banner-blocks.log",
+           ("LLM engine",)),
+    Marker("vllm", "vLLM version line", r"vLLM API server version|vllm version \d", 8, "vllm@4ba787ec9 entrypoints",
+           ("vLLM API server version", "vllm version")),
+    Marker("vllm", "vLLM name", r"\bvLLM\b", 2, "vllm-unsloth2887-v085-wrapped-banner.log ('vLLM STDOUT: ')",
+           ("vLLM",)),
+    Marker("vllm", "vllm package path", r"[/\\]vllm[/\\](?:v1|engine|worker|executor|entrypoints|model_executor)[/\\]|"
+           r"\bvllm\.entrypoints\b|\bvllm serve\b", 5, "vllm-31387-..., vllm-tpu223-... (tracebacks)",
+           ("vllm",)),
+    Marker("vllm", "vLLM memory profile", r"model weights take|non_torch_memory|Memory profiling (?:results|takes)|"
+           r"the current vLLM instance can use|reserved for KV Cache is", 4, "vllm-10511-..., vllm-12126-...",
+           ("model weights take", "non_torch_memory", "Memory profiling", "the current vLLM instance", "reserved for KV Cache is")),
+    Marker("vllm", "vLLM weight memory", r"Loading model weights took [\d.]+ GB|Model loading took [\d.]+ GiB", 4,
+           "vllm@4ba787ec9:vllm/v1/worker/gpu_model_runner.py:L5089; vllm-12569-...",
+           ("Loading model weights took", "Model loading took")),
+    Marker("vllm", "vLLM KV blocks", r"#? ?(?:GPU|CUDA|cuda) blocks: \d+", 4, "vllm-13596-v1-blocks-before.log, vllm-10517-...",
+           (" blocks: ",)),
+    Marker("vllm", "vLLM KV tokens", r"(?:GPU|CUDA|XPU|TPU) KV cache size: [\d,]+ tokens", 4,
+           "vllm@4ba787ec9:vllm/v1/core/kv_cache_utils.py:L1148",
+           ("KV cache size: ",)),
+    Marker("vllm", "vLLM KV memory", r"Available KV cache memory: -?[\d.]+ GiB", 3, "vllm@4ba787ec9:vllm/v1/worker/gpu_worker.py:L773",
+           ("Available KV cache memory",)),
+    Marker("vllm", "vLLM concurrency line", r"Maximum concurrency for [\d,]+ tokens per request", 3,
+           "vllm@4ba787ec9:vllm/v1/core/kv_cache_utils.py:L1148",
+           ("Maximum concurrency for",)),
+    Marker("vllm", "vLLM max-model-len error", r"max seq len \(\d+\) is larger than the maximum number of tokens that can be "
+           r"stored in KV cache|To serve at least one request with the models?'s max seq len", 5,
+           "vllm-qwen295-maxlen-error.log, vllm-25350-fp8kv-too-small.log",
+           ("max seq len",)),
+    Marker("vllm", "vLLM bf16 error", r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0", 4,
+           "vllm-substratus37-t4-bf16-error.log, vllm-pascal21-p40-bf16-error.log",
+           ("Bfloat16 is only supported",)),
+    Marker("vllm", "vLLM capability error", r"GPUs with compute capability below 7\.0 are not supported", 2, "vllm-1284-p100-bf16-error.log",
+           ("compute capability below 7.0",)),
+    Marker("vllm", "vLLM settings words", r"\bgpu_memory_utilization\b|\bmax_num_batched_tokens\b|\bVLLM_[A-Z_]+", 2,
+           "vllm-qwen295-maxlen-error.log ('Try increasing `gpu_memory_utilization`')",
+           ("gpu_memory_utilization", "max_num_batched_tokens", "VLLM_")),
+    Marker("vllm", "vLLM AWQ/GPTQ forcing", r"Detected that the model can run with (?:awq|gptq)_marlin, however you specified", 4,
+           "vllm-20112-awq-forced.log",
+           ("Detected that the model can run with",)),
+    Marker("vllm", "vLLM CUDA-graph progress bar", r"Capturing CUDA graphs \((?:PIECEWISE|FULL|mixed prefill-decode|decode)", 3,
+           "tests/data/logs/h200-util045/vllm-0.25.0-bf16.log (vLLM 0.25 tqdm bar)",
+           ("Capturing CUDA graphs (",)),
+    # shared with SGLang, which prints the same Marlin text: a weak hint for both
+    Marker("vllm", "Marlin FP8 fallback text", r"does not have native support for FP8 computation", 1, "engine-facts §2.1",
+           ("native support for FP8",)),
+)
+# fmt: on
 
 EXPECTED = (
     "engine_version", "gpu", "weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
@@ -469,6 +562,50 @@ def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSo
     return b.finish()
 
 
+# --- the arm a vLLM or SGLang log establishes (quantization method names: vLLM's, which SGLang shares) -----------
+_HF_WEIGHTS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "ptpc_fp8": "fp8", "fp8_w8a8": "fp8", "modelopt": "fp8",
+               "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "awq": "w4a16", "awq_marlin": "w4a16",
+               "w8a8_int8": "int8", "experts_int8": "int8"}
+_KV_WORDS = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp8_e4m3fn": "fp8_e4m3",
+             "nvfp4": "nvfp4", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+
+
+def hf_arm(report: LogReport, no_quantization: str) -> tuple[Arm | None, str]:
+    """The arm a Hugging Face checkpoint's log establishes (vLLM, SGLang): the quantization method's weights,
+    the model dtype when unquantized, the KV-cache dtype (``auto`` where it is the activation dtype).
+    ``no_quantization`` says which line was missing when the log names no quantization."""
+    from quantrack.arms import make_arm
+
+    quant = (report.quantization or "").strip().lower()
+    kv_raw = (report.kv_cache_dtype or "auto").strip().lower()
+    weights: str
+    w: str | None
+    if not quant:
+        return None, f"the log names no quantization ({no_quantization})"
+    if quant == "none":
+        if report.dtype not in ("bf16", "fp16", "fp32"):
+            return None, "unquantized, but the log names no model dtype"
+        weights = str(report.dtype)
+    else:
+        w = _HF_WEIGHTS.get(quant)
+        if w is None and quant == "compressed-tensors":
+            kern = (report.linear_kernel or "").lower()
+            w = "fp8" if "fp8" in kern else "nvfp4" if "fp4" in kern else "int8" if "int8" in kern else None
+            if w is None:
+                return None, "compressed-tensors checkpoint: its scheme (FP8, INT8, W4A16, NVFP4) is not in the log"
+        if not w:
+            return None, (f"quantization {report.quantization!r}: its bit width is not in the log" if quant.startswith(
+                "gptq") else f"quantization {report.quantization!r} is not one quantrack models")
+        weights = w
+    act = report.extra.get("activation_dtype") or report.dtype or "bf16"
+    kv_word = _KV_WORDS.get(kv_raw)
+    if kv_word is None:
+        return None, f"KV-cache dtype {report.kv_cache_dtype!r} is not one quantrack models"
+    kv = "auto" if kv_word in ("bf16", "fp16", "fp32") and kv_word == act else kv_word
+    quantization = None if quant == "none" else quant
+    return make_arm(None, weights=weights, kv=kv, quantization=quantization), ""
+
+
 # --- live queries -------------------------------------------------------------------------------
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -516,14 +653,13 @@ class VllmAdapter(EngineAdapter):
         "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
     }
     label = "vLLM"
-    default_util = DEFAULT_UTIL  # vllm 0.25.0 vllm/config/cache.py:L68
-    start_checks_memory_share = True  # vllm@4ba787ec9:vllm/v1/worker/utils.py:L761-L770 (engine-facts §4.1)
-    profile_settings = True
-    cuda_gated = True
+    # /health: listed in the real 0.25 log ("Route: /health, Methods: GET")
+    serving = Serving(default_port=8000, health_path="/health")
+    # default share: vllm 0.25.0 vllm/config/cache.py:L68; the start check: vllm@4ba787ec9:vllm/v1/worker/utils.py:
+    # L761-L770 (engine-facts §4.1)
+    memory = MemoryModel(gpu_share=True, default_share=DEFAULT_UTIL, start_checks_share=True, profile_settings=True)
+    install = Install(pip_requirement="vllm", cuda_gated=True)
     loaded_fields = ("weights_gib", "kv_cache_tokens", "available_kv_gib", "num_gpu_blocks", "kv_tokens_limit")
-    pip_requirement = "vllm"
-    default_port = 8000
-    health_path = "/health"  # listed in the real 0.25 log: "Route: /health, Methods: GET"
 
     def launch_argv(self, spec: LaunchSpec) -> list[str]:
         model = spec.arm.model or spec.model
@@ -540,22 +676,33 @@ class VllmAdapter(EngineAdapter):
         path, body = vllm_request(ids, k)
         return parse_vllm(post(path, body), ids, start, k)
 
-    def parse_log(self, lines: Iterable[str], source: str | None = None) -> LogReport:
-        return parse_vllm_log(lines, source)
+    markers = MARKERS
+    line_prefixes = LINE_PREFIXES
+    fallback_rules = FALLBACK_RULES
 
-    def parse_log_file(self, path: str | Path) -> LogReport:
-        """Streamed from disk; every engine's fallback catalogue is looked for too (quantrack.engines)."""
-        from quantrack.engines import parse_log_file
+    def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
+                  source: str | None = None, extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
+        return parse_vllm_log(lines, source, extra_rules)
 
-        return parse_log_file(path, self.kind, strict=False)
+    def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
+                         settings: CapacitySettings) -> EnginePrediction:
+        """vLLM V1's profile-run budget (quantrack.capacity.predict_vllm)."""
+        from quantrack.capacity import predict_vllm, share_basis
 
-    def query(self, base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+        basis = share_basis(shape, gpu_memory_bytes, arm, kv, settings)
+        return predict_vllm(self.kind, shape, arm, kv, gpu_memory_bytes, settings, basis)
+
+    def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
+        """Only the engine banner's ``quantization=`` names the weights' format."""
+        return hf_arm(report, "no engine banner with quantization=")
+
+    def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         """Live facts. Endpoints are vLLM's own routes, as listed by the server at start-up in the
         real 0.25 logs (``Route: /version``, ``Route: /v1/models``, ``Route: /metrics``)."""
         import httpx
 
         base = base_url.rstrip("/")
-        out: dict[str, Any] = {"engine": "vllm", "base_url": base}
+        out: dict[str, Any] = {}
         with httpx.Client(timeout=timeout) as client:
             r = client.get(f"{base}/version")
             if r.status_code == 200:
@@ -566,7 +713,7 @@ class VllmAdapter(EngineAdapter):
             r = client.get(f"{base}/metrics")
             if r.status_code == 200:
                 out.update(parse_metrics(r.text))
-        return out
+        return LiveFacts(self.kind, base, out)
 
     @staticmethod
     def binary_available(binary: str | None = None) -> bool:

@@ -5,7 +5,7 @@ the job's resources (``accelerator_type:<X>`` or the ``[fleet] resource``), show
 / done per node, resubmits a job whose node or worker died (bounded by ``max_retries``), then records
 it FAILED with the reason. Ctrl-C cancels every task (gracefully, then ``force``).
 
-Task (on the node): starts a child process that runs the arm through ``quantrack.runner`` and logs
+Task (on the node): starts a child process that runs the arm through ``quantrack.run`` and logs
 its run to the central tracking URI. The child asks the kernel for SIGTERM when the task's worker
 dies (``PR_SET_PDEATHSIG``) and turns SIGTERM into KeyboardInterrupt, so the runner's managed server
 stops its engine process group even when Ray kills the worker or the node goes away. The job reaches
@@ -36,6 +36,7 @@ from typing import Any
 from quantrack.arms import Arm
 from quantrack.errors import BadInput, EnvironmentMissing
 from quantrack.fleet import FleetJob, FleetSpec, parse_fleet, plan_jobs
+from quantrack.run.schema import Param, Tag
 from quantrack.study import Study
 
 Progress = Callable[[str], None]
@@ -58,7 +59,7 @@ class ArmContext:
 
 
 @dataclass
-class ArmResult:
+class JobResult:
     """One job's end: its run on the tracking store (if any) and where it ran."""
 
     key: str
@@ -81,7 +82,7 @@ class FleetResult:
     experiment: str
     tracking_uri: str
     parent_run_id: str | None
-    results: list[ArmResult]
+    results: list[JobResult]
 
     @property
     def failed(self) -> list[str]:
@@ -99,11 +100,11 @@ def summary_lines(result: FleetResult) -> list[str]:
 
 # --- on the node ---------------------------------------------------------------------------------------------
 
-def node_facts_for(job: FleetJob, spec: FleetSpec, study: Study, ray_node_id: str | None) -> tuple[Study, dict[str, Any]]:
+def study_on_node(job: FleetJob, spec: FleetSpec, study: Study, ray_node_id: str | None) -> tuple[Study, dict[str, Any]]:
     """``--gpu auto`` semantics on this node: NVML when there is a GPU, else the job's catalog GPU (labelled)."""
-    from quantrack.runner import node_facts
+    from quantrack.run.steps import local_node
 
-    facts = node_facts()
+    facts = local_node()
     facts["ray_node_id"] = ray_node_id
     facts["fleet_gpu"] = job.gpu
     if facts.get("gpu_name"):
@@ -119,8 +120,10 @@ def node_facts_for(job: FleetJob, spec: FleetSpec, study: Study, ray_node_id: st
 
 
 def run_and_log_arm(study: Study, arm: Arm, node: dict[str, Any], ctx: ArmContext) -> dict[str, Any]:
-    """The default per-arm function: ``quantrack.runner.run_arm`` then one run on the central store."""
-    from quantrack.runner import ArmOutcome, RunOptions, record_for_arm, run_arm
+    """The default per-arm function: ``quantrack.run.orchestrate.run_arm`` then one run on the central store."""
+    from quantrack.run.orchestrate import run_arm
+    from quantrack.run.outcome import ArmOutcome, RunOptions
+    from quantrack.run.record import record_for_arm
     from quantrack.tracking import Tracker
 
     out = ArmOutcome(arm=arm, node=dict(node))
@@ -142,13 +145,13 @@ def run_and_log_arm(study: Study, arm: Arm, node: dict[str, Any], ctx: ArmContex
 
 
 def _fleet_params(rec: Any, node: dict[str, Any], ctx: ArmContext) -> None:
-    rec.param("ray_node_id", node.get("ray_node_id"))
-    rec.param("gpu_source", node.get("gpu_source"))
-    rec.param("fleet_gpu", node.get("fleet_gpu"))
-    rec.param("fleet_attempt", ctx.attempt)
-    rec.tag("quantrack.fleet", "ray")
-    rec.tag("quantrack.fleet.job", ctx.job_key)
-    rec.tag("quantrack.fleet.attempt_id", ctx.attempt_id)
+    rec.param(Param.RAY_NODE_ID, node.get("ray_node_id"))
+    rec.param(Param.GPU_SOURCE, node.get("gpu_source"))
+    rec.param(Param.FLEET_GPU, node.get("fleet_gpu"))
+    rec.param(Param.FLEET_ATTEMPT, ctx.attempt)
+    rec.tag(Tag.FLEET, "ray")
+    rec.tag(Tag.FLEET_JOB, ctx.job_key)
+    rec.tag(Tag.FLEET_ATTEMPT_ID, ctx.attempt_id)
 
 
 def _set_parent_death_signal(sig: int) -> None:
@@ -193,7 +196,7 @@ def _child_main(job_path: str, result_path: str) -> int:
     result: dict[str, Any] = {}
     say: Progress = lambda m: print(m, flush=True)
     try:
-        study, node = node_facts_for(job["job"], job["spec"], job["study"], job["ray_node_id"])
+        study, node = study_on_node(job["job"], job["spec"], job["study"], job["ray_node_id"])
         result.update(hostname=node.get("hostname"), gpu_name=node.get("gpu_name") or study.gpu.name,
                       gpu_source=node.get("gpu_source"))
         module, _, attr = job["entry"].partition(":")
@@ -355,7 +358,8 @@ def run_study_on_ray(
     initialised Ray. ``max_retries``: re-runs of a job whose node/worker died (None: ``[fleet] max_retries``).
     ``entry``: "module:function" run on the node for each arm (default: the single-node runner + MLflow).
     """
-    from quantrack.runner import node_facts, study_record
+    from quantrack.run.record import study_record
+    from quantrack.run.steps import local_node
     from quantrack.tracking import Tracker, resolve_uri
 
     spec = parse_fleet(study)
@@ -382,9 +386,9 @@ def run_study_on_ray(
             raise BadInput(f"no node in the Ray cluster offers {res!r} (needed by {key}); cluster resources: "
                            f"{', '.join(have)}")
         tracker = Tracker(uri, experiment, progress=progress)
-        parent_rec = study_record(study, experiment, node_facts())
-        parent_rec.tag("quantrack.fleet", "ray")
-        parent_rec.param("fleet_gpus", ",".join(j for j in spec.gpus) or None)
+        parent_rec = study_record(study, experiment, local_node())
+        parent_rec.tag(Tag.FLEET, "ray")
+        parent_rec.param(Param.FLEET_GPUS, ",".join(j for j in spec.gpus) or None)
         parent = tracker.log(parent_rec)
         progress(f"study {study.name!r}: {len(jobs)} job(s) ({len(spec.gpus) or 1} GPU type(s) x {len(study.arms)} "
                  f"arm(s)) on Ray, tracking {uri} (experiment {experiment!r}), max_retries {retries}")
@@ -399,14 +403,14 @@ def run_study_on_ray(
 
 def _drive(ray: Any, study: Study, jobs: list[FleetJob], retries: int, uri: str, experiment: str,
            parent_uuid: str, entry: str, progress: Progress, poll_s: float, cancel_grace_s: float,
-           tracker: Any, parent: Any) -> list[ArmResult]:
+           tracker: Any, parent: Any) -> list[JobResult]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     # the board lives on the driver's node: a worker node's loss must not take the progress view with it
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
     board = ray.remote(num_cpus=0)(_Board).options(scheduling_strategy=here).remote()
     task = ray.remote(_arm_task)
-    results = {j.key: ArmResult(key=j.key, gpu=j.gpu, arm=j.arm.name) for j in jobs}
+    results = {j.key: JobResult(key=j.key, gpu=j.gpu, arm=j.arm.name) for j in jobs}
     by_key = {j.key: j for j in jobs}
     inflight: dict[Any, str] = {}
     running: dict[str, str] = {}  # job key -> node label
@@ -516,10 +520,11 @@ def _cancel_all(ray: Any, refs: list[Any], grace_s: float) -> None:
             ray.cancel(ref, force=True)  # the worker dies; the arm process gets SIGTERM (parent-death signal)
 
 
-def _record_failed(study: Study, job: FleetJob, r: ArmResult, tracker: Any, experiment: str,
+def _record_failed(study: Study, job: FleetJob, r: JobResult, tracker: Any, experiment: str,
                    parent_uuid: str) -> None:
     """A job that never produced its own run: log a FAILED run with the reason and the nodes tried."""
-    from quantrack.runner import ArmOutcome, record_for_arm
+    from quantrack.run.outcome import ArmOutcome
+    from quantrack.run.record import record_for_arm
 
     node = {"hostname": r.hostname, "ray_node_id": r.nodes[-1] if r.nodes else None, "fleet_gpu": job.gpu,
             "gpu_source": GPU_FROM_CATALOG if job.gpu else None}
@@ -529,8 +534,8 @@ def _record_failed(study: Study, job: FleetJob, r: ArmResult, tracker: Any, expe
     ctx = ArmContext(tracking_uri=tracker.uri, experiment=experiment, parent_uuid=parent_uuid, job_key=job.key,
                      attempt=r.attempts, attempt_id="driver", workdir=Path("."), progress=lambda _m: None)
     _fleet_params(rec, node, ctx)
-    rec.param("fleet_nodes_tried", ",".join(n[:12] for n in r.nodes) or None)
-    rec.tag("quantrack.error", r.error)
+    rec.param(Param.FLEET_NODES_TRIED, ",".join(n[:12] for n in r.nodes) or None)
+    rec.tag(Tag.ERROR, r.error)
     logged = tracker.log(rec)
     r.run_id, r.spooled = logged.run_id, str(logged.spooled) if logged.spooled else None
 

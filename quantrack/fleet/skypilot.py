@@ -118,7 +118,7 @@ def engine_requirement(study: Study) -> str | None:
     from quantrack.engines import get_adapter
 
     kind, version = study.engine.kind, study.engine.version
-    package = get_adapter(kind).pip_requirement
+    package = get_adapter(kind).install.pip_requirement
     if package is None:
         return None
     if not version:
@@ -136,7 +136,7 @@ def _quantrack_requirement(study: Study, install: str | None) -> str:
         return install
     from quantrack.engines import get_adapter
 
-    extra = get_adapter(study.engine.kind).quantrack_extra
+    extra = get_adapter(study.engine.kind).install.quantrack_extra
     return f"quantrack{extra}=={__version__}"
 
 
@@ -147,11 +147,11 @@ def _slug(s: str) -> str:
 def export_skypilot(study: Study, out_dir: str | Path) -> list[ExportedTask]:
     """Write one SkyPilot task YAML (+ narrowed study file) per GPU type into ``out_dir``."""
     from quantrack.catalog import get_gpu
-    from quantrack.fleet import parse_fleet
+    from quantrack.fleet.spec import fleet_spec
 
     if not study.source or not Path(study.source).is_file():
         raise BadInput("export needs a study read from a file (load_study)")
-    fleet = parse_fleet(study)
+    fleet = fleet_spec(study.fleet, study.gpu.name, study.source)
     if not fleet.gpus:
         raise BadInput(f"study file {study.source!r}: no GPU to export for; set [gpu] name or [fleet] gpus "
                        "(\"auto\" cannot be rented)")

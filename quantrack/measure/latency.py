@@ -107,7 +107,7 @@ class LatencyResult:
             "kind": "measured",
             "label": self.label,
             "engine": self.engine,
-            "base_url": _strip_userinfo(self.base_url),
+            "base_url": strip_userinfo(self.base_url),
             "model": self.model,
             "endpoint": "chat" if self.chat else "completions",
             "input_tokens": self.input_tokens,
@@ -131,7 +131,7 @@ class LatencyResult:
         }
 
 
-def _strip_userinfo(url: str) -> str:
+def strip_userinfo(url: str) -> str:
     """Never save credentials embedded in a URL (http://user:pass@host)."""
     scheme, sep, rest = url.partition("://")
     if sep and "@" in rest.split("/", 1)[0]:

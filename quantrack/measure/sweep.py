@@ -45,10 +45,10 @@ from quantrack.measure.client import (
 from quantrack.measure.latency import (
     FORMULAS,
     Progress,
-    _strip_userinfo,
     check_counts,
     discover_model,
     prepare_prompts,
+    strip_userinfo,
 )
 from quantrack.measure.load import (
     ARRIVALS,
@@ -114,7 +114,7 @@ class SweepResult:
             "kind": "measured",
             "label": self.label,
             "engine": self.engine,
-            "base_url": _strip_userinfo(self.base_url),
+            "base_url": strip_userinfo(self.base_url),
             "model": self.model,
             "endpoint": "chat" if self.chat else "completions",
             "input_tokens": self.input_tokens,

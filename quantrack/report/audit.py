@@ -28,11 +28,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.errors import BadInput, QuantrackError, did_you_mean
-from quantrack.run.schema import FALLBACK_NO, FALLBACK_YES, Metric, Param, Tag
-from quantrack.tracking import RunRow
+from quantrack.report.armrun import ArmRun, ProbeFact, as_arm_runs, probe_fact
+from quantrack.run.schema import FallbackState, Role, RunStatus
+
+if TYPE_CHECKING:
+    from quantrack.engines.base import LogReport
+    from quantrack.tracking import RunRow
 
 FORMATS = ("table", "json")
 EXIT_FALLBACK = 4
@@ -41,7 +45,7 @@ EXIT_UNKNOWN = 5
 DEGRADED_KINDS = ("kv_scale_uncalibrated", "q_scale_uncalibrated", "q_scale_missing")
 NA = "n/a"
 NO_PROBE = "—"
-FINISHED = "FINISHED"
+FINISHED = RunStatus.FINISHED
 # --quantization values that ask the engine for FP8 weights *and* activations (W8A8); on a GPU without
 # native FP8 the engines fall back to weight-only FP8 (Marlin), engine-facts.md §2.1
 FP8_W8A8_QUANT = ("fp8", "fp8_w8a8", "w8a8_fp8", "fbgemm_fp8")
@@ -98,63 +102,61 @@ class AuditReport:
         return EXIT_FALLBACK if self.fell_back else EXIT_UNKNOWN if self.unknown else 0
 
 
-def rows_from_runs(runs: Iterable[RunRow]) -> list[AuditRow]:
+def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
     out = []
-    for r in runs:
-        p, t, m = r.params, r.tags, r.metrics
-        fb = t.get(Tag.FALLBACK)
+    for r in as_arm_runs(runs):
+        cfg, fb = r.config, r.fallback
         reason = None
-        if fb is None:
+        if fb.state is None:
             reason = "the run has no fallback tag (no startup log was parsed for it)"
-        elif fb not in (FALLBACK_YES, FALLBACK_NO):
-            reason = t.get(Tag.FALLBACK_REASON) or f"the run's fallback tag says {fb!r}"
+        elif fb.state not in (FallbackState.YES, FallbackState.NO):
+            reason = fb.reason or f"the run's fallback tag says {fb.state!r}"
         out.append(AuditRow(
-            node=p.get(Param.HOSTNAME) or r.run_name, source=r.run_id, arm=r.arm,
-            gpu=p.get(Param.GPU_NAME) or p.get(Param.GPU_CATALOG), compute_capability=p.get(Param.COMPUTE_CAPABILITY),
-            mig=p.get(Param.MIG), engine=p.get(Param.ENGINE), engine_version=p.get(Param.ENGINE_VERSION),
-            quantization=_requested_quantization(p, t), effective_kernel=t.get(Tag.EFFECTIVE_KERNEL),
-            fallback=None if fb not in (FALLBACK_YES, FALLBACK_NO) else fb == FALLBACK_YES, fallback_kinds=t.get(Tag.FALLBACK_KINDS),
-            evidence=t.get(Tag.FALLBACK_EVIDENCE), capacity_error_pct=m.get(Metric.CAPACITY_ERROR_PCT),
-            tpot_ms=m.get(Metric.TPOT_MS_P50), status=_run_status(r), weights=p.get(Param.WEIGHTS), unknown_reason=reason,
+            node=cfg.hostname or r.row.run_name, source=r.run_id, arm=r.arm,
+            gpu=cfg.gpu_name or cfg.gpu_catalog, compute_capability=cfg.compute_capability,
+            mig=cfg.mig, engine=cfg.engine, engine_version=cfg.engine_version,
+            quantization=_requested_quantization(r), effective_kernel=r.effective_kernel,
+            fallback=None if fb.state not in (FallbackState.YES, FallbackState.NO) else fb.fell_back,
+            fallback_kinds=fb.kinds, evidence=fb.evidence, capacity_error_pct=r.capacity_error_pct,
+            tpot_ms=r.tpot_ms_p50, status=_run_status(r), weights=cfg.weights, unknown_reason=reason,
         ))
     return out
 
 
-def _requested_quantization(p: dict[str, Any], t: dict[str, Any]) -> str | None:
+def _requested_quantization(r: ArmRun) -> str | None:
     """The quantization the run asked for. An engine that serves one GGUF file (llama.cpp) has no --quantization
     (the run's param says "none"): its quantization is the file's GGUF type, the run's ``weights`` (q8_0 -> Q8_0),
     else the file type its log printed."""
-    quant = p.get(Param.QUANTIZATION)
-    engine = p.get(Param.ENGINE)
+    quant = r.config.quantization
+    engine = r.config.engine
     if engine and quant in (None, "none"):
         from quantrack.engines import get_adapter
 
         try:
-            gguf = get_adapter(engine).serves_local_file
+            gguf = get_adapter(engine).serving.local_file
         except QuantrackError:  # an engine this quantrack does not know: its param as logged
             gguf = False
         if gguf:
-            weights = p.get(Param.WEIGHTS)
-            return weights.upper() if weights else t.get(Tag.LOG_QUANTIZATION) or quant
+            weights = r.config.weights
+            return weights.upper() if weights else r.log_quantization or quant
     return quant
 
 
-def _run_status(r: RunRow) -> str:
-    return "rejected" if r.tags.get(Tag.VERDICT) == "reject" else r.status
+def _run_status(r: ArmRun) -> str:
+    # the stored status, or "rejected" (as the audit has always shown it)
+    return RunStatus.REJECTED if r.status == RunStatus.REJECTED else r.stored_status
 
 
 def probes_by_node(facts: Iterable[RunRow]) -> dict[str, dict[str, str | None]]:
-    """The newest FP8 probe run per node (``quantrack probe --track``: quantrack.fact=probe, tag
-    probe.verdict, param node_hostname)."""
-    newest: dict[str, RunRow] = {}
-    for r in facts:
-        host = r.params.get("node_hostname")
-        if r.tags.get("quantrack.fact") != "probe" or not host or r.status != FINISHED:
+    """The newest FP8 probe run per node (``quantrack probe --track``: ``NodeFact``'s names)."""
+    newest: dict[str, ProbeFact] = {}
+    for f in facts:
+        pr = probe_fact(f)
+        if pr is None or not pr.hostname or not pr.finished:
             continue
-        if host not in newest or r.start_time > newest[host].start_time:
-            newest[host] = r
-    return {h: {"verdict": r.tags.get("probe.verdict"), "run_id": r.run_id, "gpu": r.params.get("gpu_name")}
-            for h, r in newest.items()}
+        if pr.hostname not in newest or pr.start_time > newest[pr.hostname].start_time:
+            newest[pr.hostname] = pr
+    return {h: {"verdict": p.verdict, "run_id": p.run_id, "gpu": p.gpu_name} for h, p in newest.items()}
 
 
 def requests_fp8_w8a8(row: AuditRow) -> bool:
@@ -182,16 +184,7 @@ def apply_probes(rows: list[AuditRow], probes: dict[str, dict[str, str | None]])
     return warnings
 
 
-def _after_load(engine: str) -> tuple[str, ...]:
-    """Figures printed only once the weights are on the device (where the fallback lines are printed), per
-    engine (``EngineAdapter.loaded_fields``); a banner, server args or llama.cpp's print_info (the GGUF header)
-    come before it and do not count."""
-    from quantrack.engines import get_adapter
-
-    return get_adapter(engine).loaded_fields
-
-
-def log_verdict(report: Any) -> tuple[bool | None, str | None]:
+def log_verdict(report: LogReport) -> tuple[bool | None, str | None]:
     """(fell back, why unknown) for one parsed log: True when any catalogue found a fallback line; False only when
     the log was read far enough to have printed one; None with the reason otherwise."""
     if report.fallbacks:
@@ -199,8 +192,11 @@ def log_verdict(report: Any) -> tuple[bool | None, str | None]:
     if report.engine is None:
         det = report.detection or {}
         return None, f"engine not recognised ({det.get('reason') or report.extra.get('detected') or 'no markers'})"
-    after_load = _after_load(report.engine)
-    if not any((getattr(report, f) if hasattr(report, f) else report.extra.get(f)) is not None for f in after_load):
+    from quantrack.engines import get_adapter
+
+    # figures printed only once the weights are on the device (where fallback lines are printed); a banner, server
+    # args or llama.cpp's print_info (the GGUF header) come before it and do not count
+    if not get_adapter(report.engine).loaded(report):
         if report.errors:
             first = report.errors[0]
             return None, (f"the engine failed before loading the weights ({first.kind} at line {first.line_no}): "
@@ -272,7 +268,7 @@ def add_tpot_deviation(rows: list[AuditRow]) -> None:
                 r.tpot_vs_median_pct = (r.tpot_ms - med) / med * 100.0
 
 
-def build_audit(runs: Iterable[RunRow] = (), log_dirs: Iterable[Path] = (),
+def build_audit(runs: Iterable[RunRow | ArmRun] = (), log_dirs: Iterable[Path] = (),
                 node_facts: Iterable[RunRow] = ()) -> AuditReport:
     rows = rows_from_runs(runs)
     for d in log_dirs:
@@ -289,7 +285,7 @@ def load_node_facts(uri: str | None) -> list[RunRow]:
     from quantrack.tracking import NODE_FACTS_EXPERIMENT, load_runs
 
     try:
-        return load_runs(NODE_FACTS_EXPERIMENT, uri, role="node-fact")
+        return load_runs(NODE_FACTS_EXPERIMENT, uri, role=Role.NODE_FACT)
     except NotFound:
         return []
 

@@ -16,47 +16,37 @@ import csv
 import io
 import json
 import math
-from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantrack.errors import BadInput, did_you_mean
-from quantrack.run.schema import SWEEP_OUTPUT_TPS, Metric, Param, Tag
-from quantrack.tracking import RunRow
+from quantrack.report.armrun import (
+    NO_RECORDS,
+    Accuracy,
+    ArmRun,
+    PairedTest,
+    arm_cost,
+    arm_set,
+    as_arm_runs,
+    by_gpu,
+    paired_test,
+)
+from quantrack.run.schema import HYGIENE_STEPS, ContentionState, FallbackState, Metric, RunStatus, Tag
 
 if TYPE_CHECKING:
     from quantrack.pricing import PriceTable
+    from quantrack.tracking import RunRow
 
 FILL = "FILL IN"
 BASELINE_CELL = "— (baseline)"
 FORMATS = ("table", "md", "csv", "json")
-NO_RECORDS = "n/a: no per-question records"
+# the metrics the JSON view lists per arm, by their MLflow names
+RAW_METRICS = (Metric.WEIGHTS_GIB, Metric.KV_TOKENS_REPORTED, Metric.KV_TOKENS_PREDICTED, Metric.CAPACITY_ERROR_PCT,
+               Metric.KV_MIB_REPORTED, Metric.TPOT_MS_P50, Metric.GSM8K_ACCURACY, Metric.GSM8K_SE,
+               Metric.GSM8K_CI_LOW, Metric.GSM8K_CI_HIGH, Metric.GSM8K_N, Metric.KL_TOP1_AGREE, Metric.KL_MEAN)
 
-# Metric/tag names: one definition, shared with the writer (quantrack.run.schema; docs/tracking.md).
-M_WEIGHTS = Metric.WEIGHTS_GIB
-M_KV_REPORTED = Metric.KV_TOKENS_REPORTED
-M_KV_PREDICTED = Metric.KV_TOKENS_PREDICTED
-M_CAP_ERR = Metric.CAPACITY_ERROR_PCT
-M_TPOT = Metric.TPOT_MS_P50
-M_GSM8K = Metric.GSM8K_ACCURACY
-M_GSM8K_SE = Metric.GSM8K_SE
-M_GSM8K_N = Metric.GSM8K_N
-M_GSM8K_LOW = Metric.GSM8K_CI_LOW  # 95% Wilson interval (quantrack.accuracy.stats.proportion)
-M_GSM8K_HIGH = Metric.GSM8K_CI_HIGH
-M_KV_MIB = Metric.KV_MIB_REPORTED  # llama.cpp: the KV buffer its log prints (K + V MiB)
-SWEEP_TPS = SWEEP_OUTPUT_TPS  # measured output tok/s at concurrency N
-M_SERVER_TPOT = Metric.SERVER_TPOT_MS  # llama.cpp: the server's own per-token time
-M_TOP1 = Metric.KL_TOP1_AGREE
-M_KL = Metric.KL_MEAN
-T_CORRECT = Tag.GSM8K_CORRECT  # per-question outcomes: '1' right, '0' wrong, '.' not answered
-T_DATA_SHA = Tag.GSM8K_DATA_SHA256
-T_FALLBACK = Tag.FALLBACK
-T_FALLBACK_KINDS = Tag.FALLBACK_KINDS
-T_VERDICT = Tag.VERDICT
-T_BASELINE = Tag.BASELINE
-T_CONTENTION = Tag.CONTENTION  # yes / no / unknown (quantrack.measure.hygiene)
-T_CONTENTION_REASONS = Tag.CONTENTION_REASONS
 WIDTH = 120  # the default table fits this many columns; --wide shows every column
 
 # (key, header, label): label says where the figure comes from.
@@ -109,31 +99,7 @@ class CompareTable:
         return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header) for _, h, _ in self.columns]
 
 
-def pick_arm_runs(runs: list[RunRow]) -> dict[str, RunRow]:
-    """Newest FINISHED run per arm; an arm with none keeps its newest run of any status."""
-    best: dict[str, RunRow] = {}
-    for r in runs:
-        cur = best.get(r.arm)
-        if cur is None:
-            best[r.arm] = r
-            continue
-        r_ok, cur_ok = r.status == "FINISHED", cur.status == "FINISHED"
-        if (r_ok, r.start_time) > (cur_ok, cur.start_time):
-            best[r.arm] = r
-    return best
-
-
-def skipped_runs(runs: list[RunRow], chosen: dict[str, RunRow]) -> dict[str, dict[str, int]]:
-    """Per arm, the statuses of its runs that the table does not show (re-runs, retries' partial runs)."""
-    out: dict[str, Counter[str]] = {}
-    for r in runs:
-        shown = chosen.get(r.arm)
-        if shown is not None and r.run_id != shown.run_id:
-            out.setdefault(r.arm, Counter())[r.status] += 1
-    return {a: dict(sorted(c.items())) for a, c in out.items()}
-
-
-def _skipped_note(skipped: dict[str, dict[str, int]], chosen: dict[str, RunRow]) -> str | None:
+def _skipped_note(skipped: dict[str, dict[str, int]], chosen: dict[str, ArmRun]) -> str | None:
     if not skipped:
         return None
     parts = []
@@ -141,43 +107,26 @@ def _skipped_note(skipped: dict[str, dict[str, int]], chosen: dict[str, RunRow])
         counts = skipped[arm]
         n = sum(counts.values())
         what = ", ".join(f"{k} {v}" for k, v in counts.items())
-        shown = "latest FINISHED" if chosen[arm].status == "FINISHED" else f"latest ({chosen[arm].status})"
+        st = chosen[arm].stored_status
+        shown = "latest FINISHED" if st == RunStatus.FINISHED else f"latest ({st})"
         parts.append(f"{arm}: {shown} run shown, {n} other run{'s' if n != 1 else ''} skipped ({what})")
     return "several runs per arm: " + "; ".join(parts) + "."
 
 
-def sweep_throughput(metrics: dict[str, float]) -> dict[int, float]:
-    """Measured output tok/s per sweep concurrency level (``sweep_output_tps_c<N>``)."""
-    out: dict[int, float] = {}
-    for k, v in metrics.items():
-        m = SWEEP_TPS.match(k)
-        if m and isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
-            out[int(m.group(1))] = float(v)
-    return out
-
-
-def _gpu_count(r: RunRow) -> int:
-    try:
-        return max(1, int(r.params.get(Param.TP) or 1))
-    except ValueError:
-        return 1
-
-
-def cost_for(r: RunRow, prices: PriceTable) -> tuple[str, int | None, dict[str, Any] | None]:
+def cost_for(r: ArmRun, prices: PriceTable) -> tuple[str, int | None, dict[str, Any] | None]:
     """The cost cell at the arm's highest measured sweep concurrency: (cell, N, figures) or ('—', None, None)."""
-    from quantrack.pricing import NOT_PRICED, cost_cell
+    from quantrack.pricing import NOT_PRICED
 
-    tps = sweep_throughput(r.metrics)
+    tps = r.output_tps
     if not tps:
         return NOT_PRICED, None, None
     n = max(tps)
-    gpus = [g for g in (r.params.get(Param.GPU_NAME), r.params.get(Param.GPU_CATALOG)) if g and g not in ("auto",)]
-    for gpu in gpus:
-        cell = cost_cell(gpu, tps, n, prices, gpu_count=_gpu_count(r))
-        if cell != NOT_PRICED:
-            return cell, n, {"usd_per_1m_output_tokens": float(cell), "concurrency": n,
-                             "output_tok_s": tps[n], "gpu": gpu, "gpu_count": _gpu_count(r)}
-    return NOT_PRICED, n, None
+    cost = arm_cost(r, tps[n], prices)
+    if cost is None:
+        return NOT_PRICED, n, None
+    cell = f"{cost.usd_per_1m:.3f}" if cost.usd_per_1m < 10 else f"{cost.usd_per_1m:.2f}"
+    return cell, n, {"usd_per_1m_output_tokens": float(cell), "concurrency": n, "output_tok_s": tps[n],
+                     "gpu": cost.gpu, "gpu_count": cost.gpu_count}
 
 
 def _cost_header(ns: set[int]) -> str:
@@ -196,32 +145,17 @@ def _price_table(prices: PriceTable | str | Path | None) -> PriceTable:
     return prices if isinstance(prices, PriceTable) else load_prices(prices)
 
 
-def choose_baseline(chosen: dict[str, RunRow], baseline: str | None) -> str | None:
-    if not chosen:
-        return None
-    if baseline is not None:
-        if baseline not in chosen:
-            raise BadInput(f"--baseline {baseline!r} is not an arm of this experiment"
-                           f"{did_you_mean(baseline, chosen)}; arms: {', '.join(sorted(chosen))}")
-        return baseline
-    flagged = [a for a, r in chosen.items() if r.tags.get(T_BASELINE) == "true"]
-    if flagged:
-        return max(flagged, key=lambda a: chosen[a].start_time)
-    return "bf16" if "bf16" in chosen else None
-
-
-def gsm8k_cell(m: dict[str, float]) -> str:
+def gsm8k_cell(acc: Accuracy) -> str:
     """Accuracy with its 95% Wilson interval and n when logged (an SE of 0 at 0/n or n/n says nothing);
     else accuracy ± SE; else FILL IN."""
-    acc, se = m.get(M_GSM8K), m.get(M_GSM8K_SE)
-    lo, hi, n = m.get(M_GSM8K_LOW), m.get(M_GSM8K_HIGH), m.get(M_GSM8K_N)
-    if acc is None:
+    p, se, lo, hi, n = acc.accuracy, acc.se, acc.ci_low, acc.ci_high, acc.n
+    if p is None:
         return FILL
     if lo is not None and hi is not None:
-        return f"{acc * 100:.1f}% [{lo * 100:.1f}, {hi * 100:.1f}]" + (f" n={round(n)}" if n is not None else "")
+        return f"{p * 100:.1f}% [{lo * 100:.1f}, {hi * 100:.1f}]" + (f" n={round(n)}" if n is not None else "")
     if se is None:
-        return f"{acc:.3f}"
-    return f"{acc:.3f} ± {se:.3f}"
+        return f"{p:.3f}"
+    return f"{p:.3f} ± {se:.3f}"
 
 
 def _num(x: float | None, digits: int = 2) -> str:
@@ -232,158 +166,110 @@ def _int(x: float | None) -> str:
     return FILL if x is None else f"{round(x):,}"
 
 
-def _outcomes(row: RunRow) -> str | None:
-    s = row.tags.get(T_CORRECT)
-    return s if s and set(s) <= {"0", "1", "."} else None
-
-
-def paired_test(base: RunRow, arm: RunRow) -> tuple[str, dict[str, Any] | None]:
-    """Exact McNemar on the questions both runs answered, from their per-question records."""
-    sb, sa = _outcomes(base), _outcomes(arm)
-    if sb is None or sa is None:
-        return NO_RECORDS, None
-    db, da = base.tags.get(T_DATA_SHA), arm.tags.get(T_DATA_SHA)
-    if db and da and db != da:
-        return "n/a: different question sets", None
-    a = b = c = d = 0
-    for x, y in zip(sb, sa):
-        if x == "." or y == ".":
-            continue
-        if x == "1" and y == "1":
-            a += 1
-        elif x == "1":
-            b += 1
-        elif y == "1":
-            c += 1
-        else:
-            d += 1
-    if a + b + c + d == 0:
-        return "n/a: no question answered by both", None
-    from quantrack.accuracy.stats import compare_counts
-
-    pc = compare_counts(a, b, c, d)
-    info = {"n": pc.n, "base_only": pc.base_only, "arm_only": pc.arm_only, "mcnemar_p": pc.mcnemar_p,
-            "delta_paired": pc.delta, "delta_ci_low": pc.delta_ci_low, "delta_ci_high": pc.delta_ci_high}
-    mark = "" if pc.within_noise else " *"
-    return f"McNemar p={pc.mcnemar_p:.3g} (n={pc.n}){mark}", info
-
-
-def _configuration(r: RunRow) -> str:
-    w = r.params.get(Param.WEIGHTS)
-    kv = r.params.get(Param.KV_CACHE_DTYPE_EFFECTIVE) or r.params.get(Param.KV_CACHE_DTYPE)
+def configuration(r: ArmRun) -> str:
+    """'weights / KV-cache dtype KV' as logged (the effective KV dtype where the engine reported one)."""
+    w, kv = r.config.weights, r.config.kv_shown
     if not w and not kv:
         return FILL
     return f"{w or FILL} / {kv or FILL} KV"
 
 
-def _fallback(r: RunRow) -> str:
-    fb = r.tags.get(T_FALLBACK)
+def _fallback(r: ArmRun) -> str:
+    fb = r.fallback.state
     if fb is None:
         return FILL
-    if fb == "yes":
-        kinds = r.tags.get(T_FALLBACK_KINDS)
+    if fb == FallbackState.YES:
+        kinds = r.fallback.kinds
         return f"yes ({kinds})" if kinds else "yes"
     return fb
 
 
-def _status(r: RunRow) -> str:
-    if r.tags.get(T_VERDICT) == "reject":
-        return "rejected"
-    return r.status.lower() if r.status == "FINISHED" else r.status
+def _status(r: ArmRun) -> str:
+    return "finished" if r.status == RunStatus.FINISHED else str(r.status)
 
 
-def contention(r: RunRow, step: str) -> tuple[str, str]:
-    """(state, reasons) of a step's measurement hygiene: state yes / no / unknown ('unknown' when the run
-    recorded none, e.g. runs logged before quantrack sampled the host)."""
-    state = r.tags.get(T_CONTENTION.format(step=step)) or "unknown"
-    return state, r.tags.get(T_CONTENTION_REASONS.format(step=step)) or ""
-
-
-def _tpot_cell(m: dict[str, float], r: RunRow) -> str:
+def _tpot_cell(r: ArmRun) -> str:
     """Client TPOT (and the server's own per-token time where the engine reports it), ⚠ if contended."""
-    if m.get(M_TPOT) is None:
+    if r.tpot_ms_p50 is None:
         return FILL
-    cell = f"{m[M_TPOT]:.2f}"
-    if m.get(M_SERVER_TPOT) is not None:
-        cell += f" / {m[M_SERVER_TPOT]:.2f}"
-    return cell + (" ⚠" if contention(r, "latency")[0] == "yes" else "")
+    cell = f"{r.tpot_ms_p50:.2f}"
+    if r.server_tpot_ms is not None:
+        cell += f" / {r.server_tpot_ms:.2f}"
+    return cell + (" ⚠" if r.contention_of("latency").state == ContentionState.YES else "")
 
 
-def _narrow_gsm8k(m: dict[str, float]) -> str:
-    acc, lo, hi = m.get(M_GSM8K), m.get(M_GSM8K_LOW), m.get(M_GSM8K_HIGH)
-    if acc is None:
+def _narrow_gsm8k(acc: Accuracy) -> str:
+    p, lo, hi = acc.accuracy, acc.ci_low, acc.ci_high
+    if p is None:
         return FILL
     if lo is None or hi is None:
-        return gsm8k_cell(m)
+        return gsm8k_cell(acc)
     d = 1 if hi - lo < 0.10 else 0  # a narrow interval (large n) keeps a decimal: [1–3] would hide it
-    return f"{acc * 100:.1f}% [{lo * 100:.{d}f}–{hi * 100:.{d}f}]"
+    return f"{p * 100:.1f}% [{lo * 100:.{d}f}–{hi * 100:.{d}f}]"
 
 
-def _capacity_cell(m: dict[str, float]) -> str:
+def _capacity_cell(r: ArmRun) -> str:
     # llama.cpp logs both: its token figure is the context it was given (-c), the same for every arm; the
     # buffer in MiB is what the KV dtype changes, so it is the capacity figure shown
-    if m.get(M_KV_MIB) is not None:
-        return f"{m[M_KV_MIB]:,.2f} MiB"
-    if m.get(M_KV_REPORTED) is not None:
-        return f"{round(m[M_KV_REPORTED]):,}"
+    if r.kv_mib_reported is not None:
+        return f"{r.kv_mib_reported:,.2f} MiB"
+    if r.kv_tokens_reported is not None:
+        return f"{round(r.kv_tokens_reported):,}"
     return FILL
 
 
-def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None,
+def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str | None = None,
                 prices: PriceTable | str | Path | None = None) -> CompareTable:
     """Rows for every arm of the experiment, in the order the arms were first run.
 
     ``prices``: a PriceTable or a prices TOML (``--prices FILE``); None: the shipped rules/prices.toml."""
     price_table = _price_table(prices)
-    chosen = pick_arm_runs(runs)
-    base_name = choose_baseline(chosen, baseline)
-    base = chosen.get(base_name) if base_name else None
-    first_seen: dict[str, int] = {}
-    for r in runs:
-        first_seen[r.arm] = min(first_seen.get(r.arm, r.start_time), r.start_time)
-    order = sorted(chosen, key=lambda a: (a != base_name, first_seen[a], a))
-    table = CompareTable(experiment=experiment, baseline=base_name, rows=[],
-                         skipped=skipped_runs(runs, chosen))
-    base_acc = base.metrics.get(M_GSM8K) if base else None
+    arms = arm_set(as_arm_runs(runs), baseline)
+    chosen, order, base_name, base = arms.chosen, arms.order, arms.baseline, arms.base
+    table = CompareTable(experiment=experiment, baseline=base_name, rows=[], skipped=arms.skipped)
+    base_acc = base.accuracy.accuracy if base else None
     costs = {arm: cost_for(chosen[arm], price_table) for arm in order}
     cost_ns = {n for _, n, _ in costs.values() if n is not None}
     table.cost_header = _cost_header(cost_ns)
     for arm in order:
         r = chosen[arm]
-        m = r.metrics
-        acc = m.get(M_GSM8K)
-        gsm = gsm8k_cell(m)
+        acc = r.accuracy.accuracy
+        gsm = gsm8k_cell(r.accuracy)
         cost, cost_n, cost_info = costs[arm]
         if len(cost_ns) > 1 and cost_n is not None and cost_info is not None:
             cost = f"{cost} @c{cost_n}"
-        test_info: dict[str, Any] | None = None
+        pt: PairedTest | None = None
         if arm == base_name:
-            delta = "— (baseline)"
+            delta = BASELINE_CELL
             test = "—"
         elif base is None:
             delta, test = "n/a: no baseline", "n/a: no baseline"
+        elif acc is None or base_acc is None:
+            delta, test = FILL, FILL
         else:
-            delta = FILL if acc is None or base_acc is None else f"{(acc - base_acc) * 100:+.1f} pts"
-            test, test_info = paired_test(base, r) if acc is not None and base_acc is not None else (FILL, None)
-        cap_err = m.get(M_CAP_ERR)
+            delta = f"{(acc - base_acc) * 100:+.1f} pts"
+            pt = paired_test(base, r)
+            test = pt.cell
+        test_info = pt.to_dict() if pt is not None else None
+        cap_err = r.capacity_error_pct
         row = {
             "arm": arm,
-            "configuration": _configuration(r),
-            "weights_gib": _num(m.get(M_WEIGHTS)),
-            "capacity_tok": _int(m.get(M_KV_REPORTED)),
-            "predicted_tok": _int(m.get(M_KV_PREDICTED)),
+            "configuration": configuration(r),
+            "weights_gib": _num(r.weights_gib),
+            "capacity_tok": _int(r.kv_tokens_reported),
+            "predicted_tok": _int(r.kv_tokens_predicted),
             "capacity_error": FILL if cap_err is None else f"{cap_err:+.2f}%",
-            "kv_mib": _num(m.get(M_KV_MIB)),
-            "tpot_ms": FILL if m.get(M_TPOT) is None else f"{m[M_TPOT]:.2f} ms",
+            "kv_mib": _num(r.kv_mib_reported),
+            "tpot_ms": FILL if r.tpot_ms_p50 is None else f"{r.tpot_ms_p50:.2f} ms",
             "cost": cost,
             "gsm8k": gsm,
             "delta": delta,
             "paired_test": test,
             "fallback": _fallback(r),
             # the baseline's own fidelity is not "not measured": it is what the others are scored against
-            "top1_agree": (BASELINE_CELL if arm == base_name else FILL) if m.get(M_TOP1) is None
-            else f"{m[M_TOP1] * 100:.1f}%",
-            "kl": (BASELINE_CELL if arm == base_name else FILL) if m.get(M_KL) is None else f"{m[M_KL]:.4f}",
+            "top1_agree": (BASELINE_CELL if arm == base_name else FILL) if r.kl_top1_agree is None
+            else f"{r.kl_top1_agree * 100:.1f}%",
+            "kl": (BASELINE_CELL if arm == base_name else FILL) if r.kl_mean is None else f"{r.kl_mean:.4f}",
             "status": _status(r),
         }
         load = load_cells(r)
@@ -391,30 +277,29 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
             row.update(load[0])
         table.rows.append(row)
         is_base = arm == base_name
-        p = (test_info or {}).get("mcnemar_p")
-        measured_fid = m.get(M_TOP1) is not None or m.get(M_KL) is not None
+        p = pt.comparison.mcnemar_p if pt is not None and pt.comparison is not None else None
+        measured_fid = r.kl_top1_agree is not None or r.kl_mean is not None
         if not measured_fid:
             fid = BASELINE_CELL if is_base else FILL
         else:  # the baseline's own figures are a self-check (it is scored against a second copy of itself)
             fid = f"{row['top1_agree']} / {row['kl']}" + (" (self)" if is_base else "")
         table.narrow.append({
             "arm": arm, "configuration": row["configuration"].replace(" KV", ""), "weights_gib": row["weights_gib"],
-            "capacity": _capacity_cell(m), "tpot": _tpot_cell(m, r), "gsm8k": _narrow_gsm8k(m),
+            "capacity": _capacity_cell(r), "tpot": _tpot_cell(r), "gsm8k": _narrow_gsm8k(r.accuracy),
             "delta": delta if p is None else f"{delta} (p={p:.2g})", "fidelity": fid, "fallback": row["fallback"],
             "cost": cost, "status": row["status"],
         })
         table.raw.append({
-            "arm": arm, "run_id": r.run_id, "status": r.status, "verdict": r.tags.get(T_VERDICT),
-            "weights": r.params.get(Param.WEIGHTS), "kv_cache_dtype": r.params.get(Param.KV_CACHE_DTYPE),
-            "metrics": {k: m.get(k) for k in (M_WEIGHTS, M_KV_REPORTED, M_KV_PREDICTED, M_CAP_ERR, M_KV_MIB, M_TPOT,
-                                              M_GSM8K, M_GSM8K_SE, M_GSM8K_LOW, M_GSM8K_HIGH, M_GSM8K_N, M_TOP1,
-                                              M_KL)},
+            "arm": arm, "run_id": r.run_id, "status": r.stored_status, "verdict": r.verdict,
+            "weights": r.config.weights, "kv_cache_dtype": r.config.kv_cache_dtype,
+            "metrics": {k: r.metrics.get(k) for k in RAW_METRICS},
             "cost": cost_info,
             "skipped_runs": table.skipped.get(arm, {}),
             "delta_vs_baseline": None if arm == base_name or acc is None or base_acc is None else acc - base_acc,
             "paired_test": test_info,
-            "fallback": r.tags.get(T_FALLBACK), "fallback_kinds": r.tags.get(T_FALLBACK_KINDS),
-            "contention": {step: dict(zip(("state", "reasons"), contention(r, step))) for step in ("latency", "sweep")},
+            "fallback": r.fallback.state, "fallback_kinds": r.fallback.kinds,
+            "contention": {step: {"state": r.contention_of(step).state, "reasons": r.contention_of(step).reasons}
+                           for step in HYGIENE_STEPS},
         })
         if load is not None:
             table.raw[-1]["sweep_levels"] = load[1]
@@ -441,8 +326,8 @@ def build_table(experiment: str, runs: list[RunRow], baseline: str | None = None
     else:
         table.notes.append("cost: — (no arm has both a measured sweep throughput and a GPU price; "
                            "add a price with --prices FILE).")
-    table.notes.extend(_contention_notes(order, chosen))
-    quick = [a for a in order if chosen[a].tags.get(Tag.QUICK) == "true"]
+    table.notes.extend(_contention_notes(arms.runs()))
+    quick = [a for a in order if chosen[a].quick]
     if quick:
         table.notes.append("--quick runs (" + ", ".join(quick) + "): a few requests per step, a first look; "
                            "run the study without --quick for figures to decide on.")
@@ -480,10 +365,11 @@ def _top_level(levels: dict[str, dict[str, float]]) -> str | None:
     return max(rates)[1] if rates else None
 
 
-def load_cells(r: RunRow) -> tuple[dict[str, str], dict[str, dict[str, float]]] | None:
+def load_cells(run: RunRow | ArmRun) -> tuple[dict[str, str], dict[str, dict[str, float]]] | None:
     """The load columns of one arm (None when its sweep recorded none of the load figures)."""
     from quantrack.run.schema import SWEEP_SLO_LIMIT
 
+    r = run.row if isinstance(run, ArmRun) else run
     levels = sweep_levels(r.metrics)
     richer = any(f.startswith(("tpot_ms_p95", "goodput", "engine_", "output_tps_ci")) for lv in levels.values()
                  for f in lv)
@@ -557,17 +443,18 @@ def _noise_notes(table: CompareTable) -> list[str]:
              "(their 95% intervals over repeats overlap): not a measured difference.")]
 
 
-def _contention_notes(order: list[str], chosen: dict[str, RunRow]) -> list[str]:
+def _contention_notes(runs: list[ArmRun]) -> list[str]:
     """One note per step whose figures were taken under contention, naming the arms and why; and one for
     the arms whose runs recorded no hygiene at all (their latency may or may not have been contended)."""
     notes = []
-    for step in ("latency", "sweep"):
-        hit = [(a, contention(chosen[a], step)[1]) for a in order if contention(chosen[a], step)[0] == "yes"]
+    for step in HYGIENE_STEPS:
+        hit = [(r.arm, r.contention_of(step).reasons) for r in runs
+               if r.contention_of(step).state == ContentionState.YES]
         if hit:
             notes.append(f"⚠ {step} figures taken under contention (not a property of the arm): "
                          + "; ".join(f"{a}: {why}" for a, why in hit) + ".")
-    unknown = [a for a in order if chosen[a].metrics.get(M_TPOT) is not None
-               and contention(chosen[a], "latency")[0] == "unknown"]
+    unknown = [r.arm for r in runs if r.tpot_ms_p50 is not None
+               and r.contention_of("latency").state == ContentionState.UNKNOWN]
     if unknown:
         notes.append("host contention during latency not recorded for: " + ", ".join(unknown) + ".")
     return notes
@@ -681,11 +568,6 @@ def compare_experiment(experiment: str, baseline: str | None = None, uri: str | 
     return build_table(experiment, runs, baseline, price_table)
 
 
-def run_gpu(r: RunRow) -> str:
-    """The GPU a run measured on: NVML's name (or the fleet job's GPU type), else the study's catalog GPU."""
-    return r.params.get(Param.GPU_NAME) or r.params.get(Param.GPU_CATALOG) or "unknown GPU"
-
-
 def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None = None,
                    prices: str | Path | None = None, gpu: str | None = None) -> list[CompareTable]:
     """One table per GPU in the experiment (a fleet study runs the same arms on several GPU types: each GPU's
@@ -697,9 +579,7 @@ def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None
     runs = load_runs(experiment, uri)
     if not runs:
         raise BadInput(f"experiment {experiment!r} has no arm runs (log some with `quantrack run` or `quantrack log`)")
-    groups: dict[str, list[RunRow]] = {}
-    for r in runs:
-        groups.setdefault(run_gpu(r), []).append(r)
+    groups = by_gpu(as_arm_runs(runs))
     if gpu is not None:
         match = [g for g in groups if g.lower() == gpu.lower()]
         if not match:
@@ -721,5 +601,5 @@ def render_many(tables: list[CompareTable], fmt: str = "table", wide: bool = Fal
     return "\n".join(render(t, fmt, wide) for t in tables)
 
 
-__all__ = ["FILL", "FORMATS", "CompareTable", "build_table", "compare_by_gpu", "compare_experiment", "cost_for",
-           "gsm8k_cell", "paired_test", "render", "render_many", "run_gpu", "skipped_runs", "sweep_throughput"]
+__all__ = ["FILL", "FORMATS", "NO_RECORDS", "CompareTable", "build_table", "compare_by_gpu",
+           "compare_experiment", "configuration", "cost_for", "gsm8k_cell", "render", "render_many"]

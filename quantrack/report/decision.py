@@ -24,188 +24,94 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 import tomllib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
-from quantrack.errors import BadInput, did_you_mean
-from quantrack.report.compare import (
-    FILL,
-    _configuration,
-    choose_baseline,
-    paired_test,
-    pick_arm_runs,
-    run_gpu,
-    skipped_runs,
-    sweep_throughput,
+from quantrack.constraints import (
+    SLO_METRICS,
+    SLO_STATS,
+    Constraints,
+    Slo,
+    constraints_from_table,
+    merge_constraints,
+    parse_accuracy_drop,
+    parse_slo,
 )
-from quantrack.tracking import RunRow
+from quantrack.errors import BadInput, did_you_mean
+from quantrack.report.armrun import (
+    Accuracy,
+    ArmRun,
+    arm_cost,
+    arm_set,
+    as_arm_runs,
+    by_gpu,
+    first_run_times,
+    paired_test,
+    probe_fact,
+)
+from quantrack.report.compare import FILL, configuration
+from quantrack.run.schema import (
+    HYGIENE_STEPS,
+    Artifact,
+    ContentionState,
+    FallbackState,
+    Role,
+    RuleVerdict,
+    RunStatus,
+)
+
+GSM8K_SIZE = 1319  # questions in the GSM8K test split (quantrack/data/gsm8k/test.jsonl)
 
 if TYPE_CHECKING:
     from quantrack.pricing import PriceTable
     from quantrack.report.audit import AuditReport
-
-SLO_METRICS = ("ttft", "tpot", "e2e")
-SLO_STATS = ("p50", "p90", "p95", "p99", "mean")  # what the sweep records per level (measure/sweep.py level_row)
-SLO_NAMES = tuple(f"{m}_{s}" for m in SLO_METRICS for s in SLO_STATS)
-_SLO_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|≤)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*@\s*[cC]?(\d+)\s*$")
-_PP_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(pp|pts?|points?)\s*$", re.IGNORECASE)
-GSM8K_SIZE = 1319  # questions in the GSM8K test split (quantrack/data/gsm8k/test.jsonl)
-DECISION_KEYS = ("slo", "max_accuracy_drop", "max_kl", "prices")
-
-# verdicts, worst first
-V_NOT_MEASURED = "not measured"
-V_MISSES = "misses"
-V_CANNOT = "cannot be cleared"
-V_CLEAR = "cleared"
-VERDICT_ORDER = (V_NOT_MEASURED, V_MISSES, V_CANNOT, V_CLEAR)
+    from quantrack.study import DecisionSpec
+    from quantrack.tracking import RunRow
 
 
-# --- constraints ------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Slo:
-    """One latency objective: ``metric_stat <= limit_ms`` while serving ``concurrency`` requests at once."""
-
-    metric: str  # ttft | tpot | e2e
-    stat: str  # p50 | p90 | p99 | mean
-    limit_ms: float
-    concurrency: int
-    text: str = ""
-
-    @property
-    def name(self) -> str:
-        return f"{self.metric}_{self.stat}"
-
-    def label(self) -> str:
-        return f"{self.metric.upper()} {self.stat} ≤ {self.limit_ms:g} ms @ c{self.concurrency}"
 
 
-def parse_slo(text: str, where: str = "--slo") -> Slo:
-    """``tpot_p99<=30ms@64`` -> Slo; a bad string or an unrecorded metric is a one-line BadInput."""
-    if not isinstance(text, str):
-        raise BadInput(f"{where} {text!r}: an SLO is a string like 'tpot_p99<=30ms@64'")
-    m = _SLO_RE.match(text)
-    if not m:
-        raise BadInput(f"{where} {text!r}: expected METRIC<=VALUE(ms|s)@CONCURRENCY, e.g. 'tpot_p99<=30ms@64'")
-    name, _, value, unit, conc = m.groups()
-    name = name.lower()
-    if name not in SLO_NAMES:
-        raise BadInput(f"{where} {text!r}: unknown metric {name!r}{did_you_mean(name, SLO_NAMES)}; the sweep records "
-                       f"{', '.join(SLO_METRICS)} as {', '.join(SLO_STATS)} per concurrency level")
-    unit = unit.lower()
-    if unit not in ("ms", "s"):
-        raise BadInput(f"{where} {text!r}: the limit needs a unit, ms or s (got {unit or 'none'!r})")
-    limit = float(value) * (1000.0 if unit == "s" else 1.0)
-    c = int(conc)
-    if not math.isfinite(limit) or limit <= 0:
-        raise BadInput(f"{where} {text!r}: the limit must be a positive number")
-    if c < 1:
-        raise BadInput(f"{where} {text!r}: the concurrency must be >= 1")
-    metric, stat = name.split("_", 1)
-    return Slo(metric=metric, stat=stat, limit_ms=limit, concurrency=c, text=text.strip())
+class Verdict(StrEnum):
+    """An arm's verdict under the constraints, worst first."""
+
+    NOT_MEASURED = "not measured"
+    MISSES = "misses"
+    CANNOT = "cannot be cleared"
+    CLEAR = "cleared"
 
 
-def parse_accuracy_drop(text: Any, where: str = "--max-accuracy-drop") -> float:
-    """``1pp`` -> 0.01 (a fraction of questions); percentage points only, so '1%' is not read as relative."""
-    m = _PP_RE.match(text) if isinstance(text, str) else None
-    if not m:
-        raise BadInput(f"{where} {text!r}: give the budget in percentage points, e.g. '1pp' or '0.5pp'")
-    pp = float(m.group(1))
-    if not 0 < pp < 100:
-        raise BadInput(f"{where} {text!r}: the budget must be between 0 and 100 pp")
-    return pp / 100.0
+V_NOT_MEASURED, V_MISSES, V_CANNOT, V_CLEAR = Verdict.NOT_MEASURED, Verdict.MISSES, Verdict.CANNOT, Verdict.CLEAR
+VERDICT_ORDER = tuple(Verdict)
 
 
-def parse_max_kl(value: Any, where: str = "--max-kl") -> float:
-    try:
-        v = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        v = math.nan
-    if not math.isfinite(v) or v <= 0:
-        raise BadInput(f"{where} {value!r}: a positive number of nats per token, e.g. 0.01")
-    return v
+class FigureKind(StrEnum):
+    """Where a number comes from: every figure of the report is one of these."""
+
+    MEASURED = "measured"
+    DERIVED = "derived"
+    IMPORTED = "imported"
+    FILL_IN = FILL  # not measured
+    UNKNOWN = "unknown"  # cannot be formed (a missing input, no price)
 
 
-@dataclass(frozen=True)
-class Constraints:
-    slos: tuple[Slo, ...] = ()
-    max_accuracy_drop: float | None = None  # fraction (0.01 = 1 pp)
-    max_kl: float | None = None
-    prices: str | None = None  # a prices TOML, else the shipped rules/prices.toml
-    sources: tuple[str, ...] = ()  # where they came from: 'flags', 'study file X', 'parent run R'
-
-    def describe(self) -> list[str]:
-        out = [f"SLO {s.label()}" for s in self.slos] or ["no latency SLO stated (--slo)"]
-        if self.max_accuracy_drop is not None:
-            out.append(f"GSM8K accuracy drop ≤ {self.max_accuracy_drop * 100:g} pp vs the baseline, judged on the "
-                       "95% interval of Δ")
-        if self.max_kl is not None:
-            out.append(f"mean KL(baseline ‖ arm) ≤ {self.max_kl:g} nats/token")
-        if self.max_accuracy_drop is None and self.max_kl is None:
-            out.append("no accuracy budget stated (--max-accuracy-drop / --max-kl): no candidate arm can be cleared")
-        return out
-
-
-def constraints_from_table(table: Any, where: str, base_dir: Path | None = None) -> Constraints:
-    """The study file's ``[decision]`` table -> Constraints (every key checked; one-line errors). ``where`` prefixes
-    the messages ("" when the caller adds the file's name itself)."""
-    sources = (where,) if where else ()
-    where = f"{where}: [decision]" if where else "[decision]"
-    if not isinstance(table, dict):
-        raise BadInput(f"{where} must be a table")
-    extra = set(table) - set(DECISION_KEYS)
-    if extra:
-        k = min(extra)
-        raise BadInput(f"{where} unknown key {k!r}{did_you_mean(k, DECISION_KEYS)}; "
-                       f"keys: {', '.join(DECISION_KEYS)}")
-    slo = table.get("slo", [])
-    if isinstance(slo, str):
-        slo = [slo]
-    if not isinstance(slo, list):
-        raise BadInput(f"{where} slo must be a list of strings like 'tpot_p99<=30ms@64'")
-    slos = tuple(parse_slo(s, f"{where} slo") for s in slo)
-    drop = table.get("max_accuracy_drop")
-    kl = table.get("max_kl")
-    prices = table.get("prices")
-    if prices is not None and not isinstance(prices, str):
-        raise BadInput(f"{where} prices must be a path to a prices TOML")
-    if prices and base_dir is not None and not Path(prices).is_absolute():
-        prices = str(base_dir / prices)
-    return Constraints(
-        slos=slos,
-        max_accuracy_drop=None if drop is None else parse_accuracy_drop(drop, f"{where} max_accuracy_drop"),
-        max_kl=None if kl is None else parse_max_kl(kl, f"{where} max_kl"),
-        prices=prices or None, sources=sources)
-
-
-def merge_constraints(flags: Constraints, base: Constraints | None) -> Constraints:
-    """Flags override the study file key by key (given --slo flags replace the study's list)."""
-    if base is None:
-        return flags
-    used_base = (not flags.slos and bool(base.slos)) or (flags.max_accuracy_drop is None and
-                                                        base.max_accuracy_drop is not None) or \
-        (flags.max_kl is None and base.max_kl is not None) or (flags.prices is None and base.prices is not None)
-    return Constraints(
-        slos=flags.slos or base.slos,
-        max_accuracy_drop=flags.max_accuracy_drop if flags.max_accuracy_drop is not None else base.max_accuracy_drop,
-        max_kl=flags.max_kl if flags.max_kl is not None else base.max_kl,
-        prices=flags.prices or base.prices,
-        sources=tuple(dict.fromkeys(flags.sources + (base.sources if used_base else ()))))
+SloStatus = Literal["meets", "misses", "unknown"]
+BudgetStatus = Literal["within", "exceeds", "crosses", "unknown", "reference", "not judged"]
+KlStatus = Literal["within", "exceeds", "unknown", "reference", "not judged"]
 
 
 # --- labelled figures -------------------------------------------------------------------------------------
 
 @dataclass
 class Figure:
-    """One number with where it came from. ``kind``: measured | derived | imported | FILL IN | unknown."""
+    """One number with where it came from."""
 
     value: float | None
-    kind: str
+    kind: FigureKind
     source: str = ""  # metric or artifact name, or the formula
     run_id: str | None = None
     text: str | None = None  # the rendered value (FILL IN / unknown text when value is None)
@@ -225,11 +131,11 @@ class Figure:
 
 
 def _fill(source: str, run_id: str | None, why: str = FILL) -> Figure:
-    return Figure(None, FILL, source, run_id, why)
+    return Figure(None, FigureKind.FILL_IN, source, run_id, why)
 
 
-def _measured(m: dict[str, float], key: str, r: RunRow, fmt: str = "{:,.2f}", kind: str = "measured") -> Figure:
-    v = m.get(key)
+def _measured(v: float | None, key: str, r: ArmRun, fmt: str = "{:,.2f}", kind: FigureKind = FigureKind.MEASURED) -> Figure:
+    """A run metric as a figure (``key``: its name, for the label); FILL IN when not logged or not finite."""
     if v is None or not math.isfinite(v):
         return _fill(f"metric {key}", r.run_id)
     return Figure(float(v), kind, f"metric {key}", r.run_id, fmt.format(v))
@@ -293,7 +199,7 @@ def sweep_levels_from_artifact(text: str | None) -> dict[int, dict[str, dict[str
 @dataclass
 class SloCheck:
     slo: Slo
-    status: str  # meets | misses | unknown
+    status: SloStatus
     value: Figure  # the metric at the SLO's concurrency
     goodput_c: int | None = None  # highest measured concurrency meeting the limit
     reason: str = ""
@@ -310,7 +216,7 @@ class AccuracyJudgement:
     method: str
     distinguishable: bool | None  # Δ told apart from 0 at this n
     n_needed: int | None  # questions per arm to tell |Δ| from 0 (80% power, alpha 0.05)
-    budget_status: str  # within | exceeds | crosses | unknown | reference | not judged
+    budget_status: BudgetStatus
     budget_reason: str
     n_needed_budget: int | None = None  # questions per arm to tell Δ from the budget edge
 
@@ -319,7 +225,7 @@ class AccuracyJudgement:
 class ArmDecision:
     arm: str
     run_id: str
-    status: str  # FINISHED | FAILED | KILLED | rejected | RUNNING
+    status: RunStatus
     baseline: bool
     configuration: str
     engine: str
@@ -336,11 +242,11 @@ class ArmDecision:
     acc: AccuracyJudgement
     kl: Figure
     top1: Figure
-    kl_status: str  # within | exceeds | unknown | reference | not judged
+    kl_status: KlStatus
     warnings: list[str]
     fallbacks: list[str]
     contention: list[str] | None  # None: not recorded
-    verdict: str = V_CANNOT
+    verdict: Verdict = V_CANNOT
     reasons: list[str] = field(default_factory=list)
     rule_messages: dict[str, str] = field(default_factory=dict)  # warning -> the rule's message (preflight artifact)
     skipped: dict[str, int] = field(default_factory=dict)
@@ -414,35 +320,31 @@ def display_uri(uri: str) -> str:
     return redact_text(f"{u.scheme}://{netloc}{u.path}")
 
 
-def _status(r: RunRow) -> str:
-    return "rejected" if r.tags.get("quantrack.verdict") == "reject" else r.status
-
-
-def _levels(r: RunRow, uri: str | None, need_artifact: bool) -> tuple[dict[int, dict[str, Figure]], bool]:
+def _levels(r: ArmRun, uri: str | None, need_artifact: bool) -> tuple[dict[int, dict[str, Figure]], bool]:
     """Per measured concurrency: throughput and the latency statistics (metrics first, the sweep artifact for the
     rest). Returns (levels, artifact_read)."""
-    m = r.metrics
+    from quantrack.run.schema import sweep_output_tps, sweep_tpot_p50, sweep_ttft_p50
+
     levels: dict[int, dict[str, Figure]] = {}
-    for c, tps in sweep_throughput(m).items():
-        levels.setdefault(c, {})["throughput"] = Figure(tps, "measured", f"metric sweep_output_tps_c{c}", r.run_id,
+    for c, tps in r.output_tps.items():
+        levels.setdefault(c, {})["throughput"] = Figure(tps, FigureKind.MEASURED, f"metric {sweep_output_tps(c)}", r.run_id,
                                                        f"{tps:,.0f} tok/s")
-    for metric in ("tpot", "ttft"):
-        pat = re.compile(rf"^sweep_{metric}_ms_p50_c(\d+)$")
-        for k, v in m.items():
-            mm = pat.match(k)
-            if mm and math.isfinite(v):
-                levels.setdefault(int(mm.group(1)), {})[f"{metric}_p50"] = Figure(
-                    v, "measured", f"metric {k}", r.run_id, f"{v:,.1f} ms")
+    for metric, name in (("tpot", sweep_tpot_p50), ("ttft", sweep_ttft_p50)):
+        for c, lv in r.sweep.items():
+            v = lv.tpot_p50_ms if metric == "tpot" else lv.ttft_p50_ms
+            if v is not None and math.isfinite(v):
+                levels.setdefault(c, {})[f"{metric}_p50"] = Figure(v, FigureKind.MEASURED, f"metric {name(c)}", r.run_id,
+                                                                   f"{v:,.1f} ms")
     art = False
     if need_artifact:
-        stats = sweep_levels_from_artifact(read_artifact(r, "sweep/sweep.json", uri))
+        stats = sweep_levels_from_artifact(read_artifact(r.row, Artifact.SWEEP_SWEEP, uri))
         art = bool(stats)
         for c, by_metric in stats.items():
             for metric, vals in by_metric.items():
                 for stat, v in vals.items():
                     key = f"{metric}_{stat}"
                     levels.setdefault(c, {}).setdefault(key, Figure(
-                        v, "measured", f"artifact sweep/sweep.json (c{c} {metric}_ms.{stat})", r.run_id,
+                        v, FigureKind.MEASURED, f"artifact {Artifact.SWEEP_SWEEP} (c{c} {metric}_ms.{stat})", r.run_id,
                         f"{v:,.1f} ms"))
     return levels, art
 
@@ -519,11 +421,11 @@ def questions_needed(p: float | None, diff: float, discordant: float | None = No
     return math.ceil(2.0 * z2 * q * (1 - q) / diff ** 2)
 
 
-def _wilson_of(m: dict[str, float]) -> tuple[float, float] | None:
-    lo, hi = m.get("gsm8k_ci_low"), m.get("gsm8k_ci_high")
+def _wilson_of(a: Accuracy) -> tuple[float, float] | None:
+    lo, hi = a.ci_low, a.ci_high
     if lo is not None and hi is not None:
         return lo, hi
-    acc, n = m.get("gsm8k_accuracy"), m.get("gsm8k_n")
+    acc, n = a.accuracy, a.n
     if acc is None or not n:
         return None
     from quantrack.accuracy.stats import wilson_interval
@@ -531,27 +433,28 @@ def _wilson_of(m: dict[str, float]) -> tuple[float, float] | None:
     return wilson_interval(round(acc * n), int(n))
 
 
-def judge_accuracy(r: RunRow, base: RunRow | None, is_base: bool, budget: float | None) -> AccuracyJudgement:
-    m = r.metrics
-    src = r.tags.get("quantrack.gsm8k_source") or "measured"
-    kind = "imported" if src.startswith("imported") else "measured"
-    acc_v = m.get("gsm8k_accuracy")
-    n = int(m["gsm8k_n"]) if m.get("gsm8k_n") is not None else None
-    interval = _wilson_of(m) if acc_v is not None else None
+def judge_accuracy(r: ArmRun, base: ArmRun | None, is_base: bool, budget: float | None) -> AccuracyJudgement:
+    from quantrack.run.schema import Metric
+
+    src = r.accuracy.source or "measured"
+    kind = FigureKind.IMPORTED if r.accuracy.imported else FigureKind.MEASURED
+    acc_v = r.accuracy.accuracy
+    n = int(r.accuracy.n) if r.accuracy.n is not None else None
+    interval = _wilson_of(r.accuracy) if acc_v is not None else None
     if acc_v is None:
-        acc = _fill("metric gsm8k_accuracy", r.run_id)
+        acc = _fill(f"metric {Metric.GSM8K_ACCURACY}", r.run_id)
     else:
         txt = f"{acc_v * 100:.1f}%" + (f" [{interval[0] * 100:.1f}, {interval[1] * 100:.1f}]" if interval else "") + \
             (f" n={n}" if n is not None else "")
-        acc = Figure(acc_v, kind, "metric gsm8k_accuracy (95% Wilson interval)" +
-                     (f", {src}" if kind == "imported" else ""), r.run_id, txt)
+        acc = Figure(acc_v, kind, f"metric {Metric.GSM8K_ACCURACY} (95% Wilson interval)" +
+                     (f", {src}" if kind == FigureKind.IMPORTED else ""), r.run_id, txt)
     empty = AccuracyJudgement(acc, interval, n, _fill("Δ vs baseline", r.run_id), None, False, "", None, None,
                               "unknown", "")
     if is_base:
-        empty.delta = Figure(0.0, "derived", "the reference arm", r.run_id, "— (baseline)")
+        empty.delta = Figure(0.0, FigureKind.DERIVED, "the reference arm", r.run_id, "— (baseline)")
         empty.budget_status, empty.budget_reason = "reference", "the baseline is the accuracy reference"
         return empty
-    base_acc = base.metrics.get("gsm8k_accuracy") if base is not None else None
+    base_acc = base.accuracy.accuracy if base is not None else None
     if base is None:
         empty.budget_reason = "no baseline arm: Δ cannot be formed"
         return empty
@@ -559,30 +462,31 @@ def judge_accuracy(r: RunRow, base: RunRow | None, is_base: bool, budget: float 
         who = " and ".join(w for w, v in (("this arm", acc_v), (f"the baseline {base.arm}", base_acc)) if v is None)
         empty.budget_reason = f"GSM8K not measured for {who}: FILL IN"
         return empty
-    text, info = paired_test(base, r)
-    if info is not None:
-        d, lo, hi = info["delta_paired"], info["delta_ci_low"], info["delta_ci_high"]
-        paired, method = True, (f"paired, n={info['n']}: Newcombe method-10 interval, exact McNemar "
-                                f"p={info['mcnemar_p']:.3g}")
-        distinguishable = not (lo <= 0.0 <= hi) and info["mcnemar_p"] < 0.05
-        n_pair = int(info["n"])
-        disc: float | None = (info["base_only"] + info["arm_only"]) / n_pair
+    pt = paired_test(base, r)
+    pc = pt.comparison
+    if pc is not None:
+        d, lo, hi = pc.delta, pc.delta_ci_low, pc.delta_ci_high
+        paired, method = True, (f"paired, n={pc.n}: Newcombe method-10 interval, exact McNemar "
+                                f"p={pc.mcnemar_p:.3g}")
+        distinguishable = not (lo <= 0.0 <= hi) and pc.mcnemar_p < 0.05
+        n_pair = pc.n
+        disc: float | None = (pc.base_only + pc.arm_only) / n_pair
         run_ids = f"{base.run_id}, {r.run_id}"
     else:
-        bi = _wilson_of(base.metrics)
+        bi = _wilson_of(base.accuracy)
         if interval is None or bi is None:
-            empty.delta = Figure(acc_v - base_acc, "derived", "gsm8k_accuracy difference", r.run_id,
+            empty.delta = Figure(acc_v - base_acc, FigureKind.DERIVED, f"{Metric.GSM8K_ACCURACY} difference", r.run_id,
                                  f"{(acc_v - base_acc) * 100:+.1f} pp")
             empty.budget_reason = "no interval: neither per-question records nor n were logged"
             return empty
         d = acc_v - base_acc
         lo, hi = unpaired_interval(acc_v, interval[0], interval[1], base_acc, bi[0], bi[1])
-        paired, method = False, f"unpaired ({text}): Newcombe hybrid score interval from the two Wilson intervals"
+        paired, method = False, f"unpaired ({pt.cell}): Newcombe hybrid score interval from the two Wilson intervals"
         distinguishable = not (lo <= 0.0 <= hi)
         n_pair = n or 0
         disc = None
         run_ids = f"{base.run_id}, {r.run_id}"
-    delta = Figure(d, "derived", f"Δ accuracy vs {base.arm} ({method}); runs {run_ids}", r.run_id,
+    delta = Figure(d, FigureKind.DERIVED, f"Δ accuracy vs {base.arm} ({method}); runs {run_ids}", r.run_id,
                    f"{d * 100:+.1f} pp [{lo * 100:+.1f}, {hi * 100:+.1f}]")
     need = questions_needed(base_acc, abs(d), disc, d) if d != 0 else None
     j = AccuracyJudgement(acc, interval, n, delta, (lo, hi), paired, method, distinguishable, need, "not judged",
@@ -605,102 +509,94 @@ def judge_accuracy(r: RunRow, base: RunRow | None, is_base: bool, budget: float 
     return j
 
 
-def _rule_warnings(r: RunRow) -> list[str]:
-    v = r.tags.get("quantrack.verdict")
-    ids = [i for i in (r.tags.get("quantrack.rule_ids") or "").split(",") if i]
-    if v in ("warn", "reject") and ids:
-        return [f"rulebook {v}: {i}" for i in ids]
-    if v in ("warn", "reject"):
+def _rule_warnings(r: ArmRun) -> list[str]:
+    v = r.verdict
+    if v in (RuleVerdict.WARN, RuleVerdict.REJECT) and r.rule_ids:
+        return [f"rulebook {v}: {i}" for i in r.rule_ids]
+    if v in (RuleVerdict.WARN, RuleVerdict.REJECT):
         return [f"rulebook {v} (no rule id recorded)"]
     return []
 
 
-def _rule_messages(r: RunRow, uri: str | None) -> dict[str, str]:
+def _rule_messages(r: ArmRun, uri: str | None) -> dict[str, str]:
     """The rulebook's message for each non-allow verdict, from the run's preflight/verdicts.json (when readable)."""
     try:
-        items = json.loads(read_artifact(r, "preflight/verdicts.json", uri) or "[]")
+        items = json.loads(read_artifact(r.row, Artifact.PREFLIGHT_VERDICTS, uri) or "[]")
     except ValueError:
         return {}
     out = {}
     for v in items if isinstance(items, list) else []:
-        if isinstance(v, dict) and v.get("verdict") in ("warn", "reject") and v.get("rule") and v.get("message"):
+        if isinstance(v, dict) and v.get("verdict") in (RuleVerdict.WARN, RuleVerdict.REJECT) and v.get("rule") \
+                and v.get("message"):
             out[f"rulebook {v['verdict']}: {v['rule']}"] = str(v["message"])
     return out
 
 
-def _fallbacks(r: RunRow) -> list[str]:
-    fb = r.tags.get("quantrack.fallback")
-    if fb != "yes":
+def _fallbacks(r: ArmRun) -> list[str]:
+    if r.fallback.state != FallbackState.YES:
         return []
-    kinds = r.tags.get("quantrack.fallback_kinds") or "unnamed"
-    ev = r.tags.get("quantrack.fallback_evidence")
+    kinds = r.fallback.kinds or "unnamed"
+    ev = r.fallback.evidence
     return [f"fallback {kinds}" + (f" — {ev}" if ev else "") + f" (engine log; run {r.run_id})"]
 
 
-def contention_flags(r: RunRow) -> list[str] | None:
-    """What the run's measurement hygiene recorded (quantrack.measure.hygiene: tags
-    ``quantrack.<step>_contention`` yes / no / unknown and ``…_reasons``): the reasons of each contended step;
-    [] when every sampled step was clean; None when the run recorded none (older runs, or sampling failed):
-    the report then says 'not recorded', never 'no contention'."""
-    from quantrack.report.compare import contention
-
+def contention_flags(r: ArmRun) -> list[str] | None:
+    """What the run's measurement hygiene recorded (quantrack.measure.hygiene: per step yes / no / unknown and the
+    reasons): the reasons of each contended step; [] when every sampled step was clean; None when the run recorded
+    none (older runs, or sampling failed): the report then says 'not recorded', never 'no contention'."""
     out: list[str] = []
     sampled = False
-    for step in ("latency", "sweep"):
-        state, why = contention(r, step)
-        if state == "yes":
+    for step in HYGIENE_STEPS:
+        state, why = r.contention_of(step).state, r.contention_of(step).reasons
+        if state == ContentionState.YES:
             sampled = True
             out.append(f"{step}: {why}" if why else f"{step}: contended")
-        elif state == "no":
+        elif state == ContentionState.NO:
             sampled = True
     return out if sampled else None
 
 
-def _cost(r: RunRow, level: int | None, tps: Figure, prices: PriceTable) -> Figure:
-    from quantrack.errors import NotFound
-    from quantrack.pricing import cost_per_million_tokens, price_summary
+def _cost(r: ArmRun, level: int | None, tps: Figure, prices: PriceTable) -> Figure:
+    from quantrack.pricing import price_summary
+    from quantrack.run.schema import sweep_output_tps
 
     if level is None or tps.value is None:
-        return Figure(None, "unknown", "price / throughput at the SLO level", r.run_id, "—")
-    try:
-        gpus = max(1, int(r.params.get("tp") or 1))
-    except ValueError:
-        gpus = 1
-    for gpu in [g for g in (r.params.get("gpu_name"), r.params.get("gpu_catalog")) if g and g != "auto"]:
-        try:
-            v = cost_per_million_tokens(gpu, tps.value, prices, gpu_count=gpus)
-        except NotFound:
-            continue
-        ps = price_summary(gpu, prices)
-        return Figure(v, "derived", f"{ps['gpu']} ${ps['usd_per_hour']:g}/h x {gpus} GPU ({ps['date']}) / "
-                      f"metric sweep_output_tps_c{level}", r.run_id, f"${v:.3f}" if v < 10 else f"${v:.2f}")
-    return Figure(None, "unknown", "no price for this GPU (add it with --prices FILE)", r.run_id, "—")
+        return Figure(None, FigureKind.UNKNOWN, "price / throughput at the SLO level", r.run_id, "—")
+    cost = arm_cost(r, tps.value, prices)
+    if cost is None:
+        return Figure(None, FigureKind.UNKNOWN, "no price for this GPU (add it with --prices FILE)", r.run_id, "—")
+    v, gpus = cost.usd_per_1m, cost.gpu_count
+    ps = price_summary(cost.gpu, prices)
+    return Figure(v, FigureKind.DERIVED, f"{ps['gpu']} ${ps['usd_per_hour']:g}/h x {gpus} GPU ({ps['date']}) / "
+                  f"metric {sweep_output_tps(level)}", r.run_id, f"${v:.3f}" if v < 10 else f"${v:.2f}")
 
 
-def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, prices: PriceTable,
+def decide_arm(r: ArmRun, base: ArmRun | None, is_base: bool, c: Constraints, prices: PriceTable,
                uri: str | None) -> ArmDecision:
-    m = r.metrics
+    from quantrack.run.schema import Metric, sweep_output_tps
+
     need_art = any(s.name not in ("tpot_p50", "ttft_p50") for s in c.slos)
     levels, art = _levels(r, uri, need_art)
     checks = [check_slo(s, levels, r.run_id, art) for s in c.slos]
     level = slo_level(c.slos, levels)
     tps = levels[level]["throughput"] if level is not None else Figure(
-        None, "unknown", "no measured level meets every SLO" if c.slos and levels else "no sweep", r.run_id, "—")
-    cap = _measured(m, "kv_tokens_reported", r, "{:,.0f}")
-    pred = _measured(m, "kv_tokens_predicted", r, "{:,.0f}", kind="derived")
-    bcap = base.metrics.get("kv_tokens_reported") if base is not None else None
-    cap_x = (Figure(cap.value / bcap, "derived", f"kv_tokens_reported / baseline's ({base.run_id})", r.run_id,
+        None, FigureKind.UNKNOWN, "no measured level meets every SLO" if c.slos and levels else "no sweep", r.run_id, "—")
+    cap = _measured(r.kv_tokens_reported, Metric.KV_TOKENS_REPORTED, r, "{:,.0f}")
+    pred = _measured(r.kv_tokens_predicted, Metric.KV_TOKENS_PREDICTED, r, "{:,.0f}", kind=FigureKind.DERIVED)
+    bcap = base.kv_tokens_reported if base is not None else None
+    cap_x = (Figure(cap.value / bcap, FigureKind.DERIVED, f"{Metric.KV_TOKENS_REPORTED} / baseline's ({base.run_id})", r.run_id,
                     f"{cap.value / bcap:.2f}×") if cap.value is not None and bcap and base is not None
-             else Figure(None, "unknown", "capacity of this arm or the baseline not measured", r.run_id, "—"))
-    tps_x = Figure(None, "unknown", "baseline throughput at the same level not measured", r.run_id, "—")
+             else Figure(None, FigureKind.UNKNOWN, "capacity of this arm or the baseline not measured", r.run_id, "—"))
+    tps_x = Figure(None, FigureKind.UNKNOWN, "baseline throughput at the same level not measured", r.run_id, "—")
     if level is not None and base is not None and tps.value is not None:
-        bt = sweep_throughput(base.metrics).get(level)
+        bt = base.output_tps.get(level)
         if bt:
-            tps_x = Figure(tps.value / bt, "derived", f"sweep_output_tps_c{level} / baseline's ({base.run_id})",
+            tps_x = Figure(tps.value / bt, FigureKind.DERIVED, f"{sweep_output_tps(level)} / baseline's ({base.run_id})",
                            r.run_id, f"{tps.value / bt:.2f}×")
     acc = judge_accuracy(r, base, is_base, c.max_accuracy_drop)
-    kl = _measured(m, "kl_mean", r, "{:.4f}")
-    top1 = _measured(m, "kl_top1_agree", r, "{:.1%}")
+    kl = _measured(r.kl_mean, Metric.KL_MEAN, r, "{:.4f}")
+    top1 = _measured(r.kl_top1_agree, Metric.KL_TOP1_AGREE, r, "{:.1%}")
+    kl_status: KlStatus
     if is_base:
         kl_status = "reference"
     elif c.max_kl is None:
@@ -710,16 +606,17 @@ def decide_arm(r: RunRow, base: RunRow | None, is_base: bool, c: Constraints, pr
     else:
         kl_status = "within" if kl.value <= c.max_kl else "exceeds"
     a = ArmDecision(
-        arm=r.arm, run_id=r.run_id, status=_status(r), baseline=is_base, configuration=_configuration(r),
-        engine=f"{r.params.get('engine') or '?'} {r.params.get('engine_version') or ''}".strip(),
-        capacity=cap, predicted=pred, capacity_x=cap_x, tpot_b1=_measured(m, "tpot_ms_p50", r, "{:.2f} ms"),
+        arm=r.arm, run_id=r.run_id, status=r.status, baseline=is_base, configuration=configuration(r),
+        engine=f"{r.config.engine or '?'} {r.config.engine_version or ''}".strip(),
+        capacity=cap, predicted=pred, capacity_x=cap_x,
+        tpot_b1=_measured(r.tpot_ms_p50, Metric.TPOT_MS_P50, r, "{:.2f} ms"),
         levels=levels, slo_checks=checks, slo_level=level, throughput=tps, throughput_x=tps_x,
         cost=_cost(r, level, tps, prices), acc=acc, kl=kl, top1=top1, kl_status=kl_status,
         warnings=_rule_warnings(r), fallbacks=_fallbacks(r), contention=contention_flags(r))
     if a.warnings:
         a.rule_messages = _rule_messages(r, uri)
     _verdict(a, c)
-    a.load = load_explanation(r)
+    a.load = load_explanation(r.row)
     a.reasons += a.load
     return a
 
@@ -772,11 +669,11 @@ def load_explanation(r: RunRow) -> list[str]:
 
 def _verdict(a: ArmDecision, c: Constraints) -> None:
     reasons: list[str] = []
-    if a.status != "FINISHED":
+    if a.status != RunStatus.FINISHED:
         a.verdict = V_NOT_MEASURED
-        a.reasons = [f"run {a.status}: its figures are partial" if a.status in ("FAILED", "KILLED")
+        a.reasons = [f"run {a.status}: its figures are partial" if a.status in (RunStatus.FAILED, RunStatus.KILLED)
                      else f"run {a.status}"]
-        if a.status == "rejected":
+        if a.status == RunStatus.REJECTED:
             a.reasons = ["rejected by preflight: never served"]
         return
     misses = [k for k in a.slo_checks if k.status == "misses"]
@@ -840,7 +737,8 @@ def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
 def _recommend(sec: Section, c: Constraints) -> None:
     arms = {a.arm: a for a in sec.arms}
     what = "throughput at the SLO" if c.slos else "throughput at the highest measured concurrency"
-    xs = {a.arm: a.throughput.value for a in sec.arms if a.throughput.value is not None and a.status == "FINISHED"}
+    xs = {a.arm: a.throughput.value for a in sec.arms if a.throughput.value is not None
+          and a.status == RunStatus.FINISHED}
     accs = {n: arms[n].acc.accuracy.value for n in xs if arms[n].acc.accuracy.value is not None}
     if len(accs) >= 2:
         pts = {n: (xs[n], v) for n, v in accs.items() if v is not None}
@@ -925,7 +823,7 @@ def _what_would_change(sec: Section, c: Constraints, cleared: list[ArmDecision])
     out: list[str] = []
     best = next((a for a in sec.arms if a.arm == sec.recommended), None)
     for a in sorted(sec.arms, key=lambda a: -(a.throughput.value or 0.0)):
-        if a is best or a.status != "FINISHED":
+        if a is best or a.status != RunStatus.FINISHED:
             continue
         faster = best is None or (a.throughput.value or 0.0) > (best.throughput.value or 0.0)
         if not faster:
@@ -951,20 +849,19 @@ def _what_would_change(sec: Section, c: Constraints, cleared: list[ArmDecision])
 
 def _probe_for(facts: list[RunRow], gpu: str) -> tuple[dict[int, Figure], str | None]:
     """The newest FINISHED FP8 probe on this GPU type (``quantrack probe --track``): speedup per batch."""
-    cands = [f for f in facts if f.tags.get("quantrack.fact") == "probe" and f.status == "FINISHED"
-             and (f.params.get("gpu_name") or "").lower() == gpu.lower()]
+    from quantrack.run.schema import probe_fp8_speedup
+
+    probes = [p for p in (probe_fact(f) for f in facts) if p is not None]
+    cands = [p for p in probes if p.finished and (p.gpu_name or "").lower() == gpu.lower()]
     if not cands:
         return {}, None
     f = max(cands, key=lambda x: x.start_time)
-    out = {}
-    for k, v in f.metrics.items():
-        mm = re.match(r"^probe_fp8_speedup_b(\d+)$", k)
-        if mm and math.isfinite(v):
-            out[int(mm.group(1))] = Figure(v, "measured", f"metric {k} (FP8 GEMM probe)", f.run_id, f"{v:.2f}×")
+    out = {b: Figure(v, FigureKind.MEASURED, f"metric {probe_fp8_speedup(b)} (FP8 GEMM probe)", f.run_id, f"{v:.2f}×")
+           for b, v in f.fp8_speedup.items()}
     return out, f.run_id
 
 
-def build_report(experiment: str, runs: list[RunRow], c: Constraints, *, uri: str = "",
+def build_report(experiment: str, runs: list[RunRow] | list[ArmRun], c: Constraints, *, uri: str = "",
                  baseline: str | None = None, prices: PriceTable | None = None,
                  node_facts: list[RunRow] | None = None, audit: bool | None = None) -> DecisionReport:
     """The decision over an experiment's arm runs (one section per GPU type)."""
@@ -973,27 +870,21 @@ def build_report(experiment: str, runs: list[RunRow], c: Constraints, *, uri: st
     if not runs:
         raise BadInput(f"experiment {experiment!r} has no arm runs (log some with `quantrack run` or `quantrack log`)")
     price_table = prices if prices is not None else load_prices(c.prices)
-    groups: dict[str, list[RunRow]] = {}
-    for r in runs:
-        groups.setdefault(run_gpu(r), []).append(r)
+    arm_runs = as_arm_runs(runs)
+    groups = by_gpu(arm_runs)
     from quantrack.pricing import default_prices_path
 
     shipped = Path(price_table.path) == default_prices_path()
     rep = DecisionReport(experiment=experiment, uri=display_uri(uri), constraints=c, sections=[], n_runs=len(runs),
                          price_note="prices: " + ("the shipped rules/prices.toml" if shipped else price_table.path))
-    first_seen: dict[str, int] = {}
-    for r in runs:
-        first_seen[r.arm] = min(first_seen.get(r.arm, r.start_time), r.start_time)
+    first_seen = first_run_times(arm_runs)
     for gpu, rs in sorted(groups.items()):
-        chosen = pick_arm_runs(rs)
-        base_name = choose_baseline(chosen, baseline)
-        base = chosen.get(base_name) if base_name else None
-        skipped = skipped_runs(rs, chosen)
-        order = sorted(chosen, key=lambda a: (a != base_name, first_seen[a], a))
+        arms = arm_set(rs, baseline, first_seen)
+        base_name, base = arms.baseline, arms.base
         sec = Section(gpu=gpu, baseline=base_name, arms=[])
-        for arm in order:
-            d = decide_arm(chosen[arm], base, arm == base_name, c, price_table, uri)
-            d.skipped = skipped.get(arm, {})
+        for arm in arms.order:
+            d = decide_arm(arms.chosen[arm], base, arm == base_name, c, price_table, uri)
+            d.skipped = arms.skipped.get(arm, {})
             sec.arms.append(d)
         if base is None:
             rep.notes.append(f"{gpu}: no baseline (no arm is named bf16 or tagged baseline): pass --baseline ARM")
@@ -1003,7 +894,7 @@ def build_report(experiment: str, runs: list[RunRow], c: Constraints, *, uri: st
     if audit if audit is not None else len(groups) > 1:
         from quantrack.report.audit import build_audit
 
-        rep.audit = build_audit(runs, node_facts=node_facts or [])
+        rep.audit = build_audit(arm_runs, node_facts=node_facts or [])
     if len(rep.sections) > 1:
         picks = [(s, next(a for a in s.arms if a.arm == s.recommended)) for s in rep.sections if s.recommended]
         priced = [(s, a) for s, a in picks if a.cost.value is not None]
@@ -1028,7 +919,7 @@ def study_constraints(path: str | Path) -> Constraints | None:
     return constraints_from_spec(st.decision, st.source)
 
 
-def constraints_from_spec(spec: Any, source: str | None) -> Constraints | None:
+def constraints_from_spec(spec: DecisionSpec, source: str | None) -> Constraints | None:
     """A loaded study's ``DecisionSpec`` (already validated by ``load_study``) -> Constraints; None when empty."""
     if not (spec.slo or spec.max_accuracy_drop is not None or spec.max_kl is not None or spec.prices):
         return None
@@ -1043,7 +934,7 @@ def constraints_from_spec(spec: Any, source: str | None) -> Constraints | None:
 def parent_constraints(parents: list[RunRow], uri: str) -> Constraints | None:
     """The [decision] table of the study file logged on the newest study parent run (``study/study.toml``)."""
     for p in sorted(parents, key=lambda r: -r.start_time):
-        text = read_artifact(p, "study/study.toml", uri)
+        text = read_artifact(p, Artifact.STUDY_STUDY, uri)
         if text is None:
             continue
         try:
@@ -1052,7 +943,7 @@ def parent_constraints(parents: list[RunRow], uri: str) -> Constraints | None:
             return None
         if "decision" not in data:
             return None
-        return constraints_from_table(data["decision"], f"study/study.toml of run {p.run_id}")
+        return constraints_from_table(data["decision"], f"{Artifact.STUDY_STUDY} of run {p.run_id}")
     return None
 
 
@@ -1072,20 +963,20 @@ def decision_report(experiment: str, flags: Constraints, *, uri: str | None = No
     if not runs:
         raise BadInput(f"experiment {experiment!r} has no arm runs (log some with `quantrack run` or `quantrack log`)")
     if study is None:
-        base_c = parent_constraints(load_runs(experiment, target, role="study"), target)
+        base_c = parent_constraints(load_runs(experiment, target, role=Role.STUDY), target)
     c = merge_constraints(flags, base_c)
+    arm_runs = as_arm_runs(runs)
     if gpu is not None:
-        names = sorted({run_gpu(r) for r in runs})
+        names = sorted(by_gpu(arm_runs))
         match = [n for n in names if n.lower() == gpu.lower()]
         if not match:
             raise BadInput(f"no runs on GPU {gpu!r} in experiment {experiment!r}{did_you_mean(gpu, names)}; "
                            f"GPUs: {', '.join(names)}")
-        runs = [r for r in runs if run_gpu(r) == match[0]]
-    rep = build_report(experiment, runs, c, uri=target, baseline=baseline, prices=load_prices(c.prices),
+        arm_runs = [r for r in arm_runs if r.config.gpu == match[0]]
+    rep = build_report(experiment, arm_runs, c, uri=target, baseline=baseline, prices=load_prices(c.prices),
                        node_facts=load_node_facts(target))
     return rep
 
 
-__all__ = ["Constraints", "DecisionReport", "Figure", "Slo", "build_report", "check_slo", "constraints_from_table",
-           "decision_report", "judge_accuracy", "merge_constraints", "pareto", "parse_accuracy_drop",
-           "parse_max_kl", "parse_slo", "questions_needed", "study_constraints", "unpaired_interval"]
+__all__ = ["DecisionReport", "Figure", "FigureKind", "Verdict", "build_report", "check_slo", "decision_report",
+           "judge_accuracy", "pareto", "questions_needed", "study_constraints", "unpaired_interval"]

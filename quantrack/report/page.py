@@ -22,7 +22,9 @@ from quantrack.report.decision import (
     DecisionReport,
     Figure,
     Section,
+    Verdict,
 )
+from quantrack.run.schema import Tag
 
 FORMATS = ("html", "md")
 _CSS = """
@@ -57,7 +59,7 @@ def _cell(f: Figure) -> str:
             f'<span class="k {_kind_class(f.kind)}">{html.escape(label)}</span>')
 
 
-def _verdict_class(v: str) -> str:
+def _verdict_class(v: Verdict) -> str:
     return {V_CLEAR: "v-cleared", V_MISSES: "v-misses", V_CANNOT: "v-cannot"}.get(v, "v-not")
 
 
@@ -313,7 +315,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
             f"{result.experiment} --log-to-run`")
         return None
     try:
-        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get("mlflow.parentRunId") == parent.run_id]
+        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get(Tag.MLFLOW_PARENT_RUN_ID) == parent.run_id]
         if not runs:
             return None
         c = constraints_from_spec(result.study.decision, result.study.source) or Constraints()

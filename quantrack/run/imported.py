@@ -10,10 +10,10 @@ from typing import Any
 
 from quantrack.accuracy.gsm8k import EvalResult
 from quantrack.errors import BadInput
-from quantrack.run.orchestrate import _stored_baseline_accuracy
+from quantrack.run.orchestrate import stored_baseline_accuracy
 from quantrack.run.outcome import ArmOutcome, Progress
 from quantrack.run.record import record_for_arm
-from quantrack.run.steps import step_predict
+from quantrack.run.steps import check_server_log, step_predict
 from quantrack.study import Study
 from quantrack.tracking import Logged, RunRecord, Tracker
 
@@ -93,28 +93,6 @@ def _from_records(path: Path) -> EvalResult:
                                source="imported:records", settings=meta)
 
 
-def check_server_log(path: Path, engine: str, what: str = "--server-log") -> None:
-    """A startup log of ``engine``, or one line (exit 2): a binary file, a file with no engine's lines, or
-    another engine's log is refused, never parsed into a run that reads "no fallback"."""
-    from quantrack.engines import DETECT_BYTES, detect_engine
-
-    if not path.is_file():
-        raise BadInput(f"{what} {str(path)!r}: no such file")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(DETECT_BYTES)
-    except OSError as exc:
-        raise BadInput(f"{what} {str(path)!r}: cannot read ({exc.strerror or exc})") from None
-    if b"\x00" in head:
-        raise BadInput(f"{what} {str(path)!r}: a binary file, not an engine's startup log")
-    found = detect_engine(head.decode("utf-8", errors="replace"))
-    if found is None:
-        raise BadInput(f"{what} {str(path)!r}: no {engine} startup-log lines found (not a server log?)")
-    if found != engine:
-        raise BadInput(f"{what} {str(path)!r}: this is a {found} log, the study's engine is {engine} "
-                       f"(pass --engine {found} if that is right)")
-
-
 def log_results(inputs: LogInputs, progress: Progress | None = None) -> tuple[RunRecord, Logged]:
     """Record results measured elsewhere as one arm run (no parent)."""
     study = inputs.study
@@ -146,6 +124,6 @@ def log_results(inputs: LogInputs, progress: Progress | None = None) -> tuple[Ru
         out.predicted = step_predict(study, arm, {})
     experiment = study.tracking.experiment or study.name
     tracker = Tracker(inputs.tracking_uri or study.tracking.uri, experiment, progress=progress)
-    baseline_acc = None if arm.baseline else _stored_baseline_accuracy(study, tracker)
+    baseline_acc = None if arm.baseline else stored_baseline_accuracy(study, tracker)
     rec = record_for_arm(study, out, experiment=experiment, baseline_accuracy=baseline_acc)
     return rec, tracker.log(rec)

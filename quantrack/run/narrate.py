@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from quantrack.arms import Arm
 from quantrack.run.outcome import ArmOutcome, Progress
-from quantrack.run.record import _num, kv_figures
+from quantrack.run.record import kv_figures, number_of
+from quantrack.run.schema import Metric
 
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
@@ -16,16 +17,16 @@ if TYPE_CHECKING:
     from quantrack.measure.sweep import SweepResult
 
 
-def _say_capacity(say: Progress, arm: Arm, out: ArmOutcome) -> None:
+def say_capacity(say: Progress, arm: Arm, out: ArmOutcome) -> None:
     rep, figs = out.log_report, kv_figures(out)
     reported = rep.kv_cache_tokens if rep is not None else None
-    predicted = _num(out.predicted, "engine_tokens") if out.predicted is not None else None
+    predicted = number_of(out.predicted, "engine_tokens") if out.predicted is not None else None
     parts = []
     if predicted is not None or reported is not None:
         parts.append(f"KV tokens predicted {_fmt_int(predicted)} (derived) vs reported {_fmt_int(reported)} (log)")
-    if "kv_mib_predicted" in figs or "kv_mib_reported" in figs:
-        parts.append(f"KV MiB predicted {figs.get('kv_mib_predicted', 'n/a')} vs reported "
-                     f"{figs.get('kv_mib_reported', 'n/a')}")
+    if Metric.KV_MIB_PREDICTED in figs or Metric.KV_MIB_REPORTED in figs:
+        parts.append(f"KV MiB predicted {figs.get(Metric.KV_MIB_PREDICTED, 'n/a')} vs reported "
+                     f"{figs.get(Metric.KV_MIB_REPORTED, 'n/a')}")
     if predicted and reported is not None:
         parts.append(f"capacity error {(reported - predicted) / predicted * 100:+.2f}%")
     if parts:
@@ -36,11 +37,11 @@ def _fmt_int(x: float | None) -> str:
     return "n/a" if x is None else f"{round(x):,}"
 
 
-def _took(seconds: float | None) -> str:
+def took(seconds: float | None) -> str:
     return "" if seconds is None else f" [{seconds:.0f} s]"
 
 
-def _say_latency(say: Progress, arm: Arm, lat: LatencyResult, seconds: float | None = None) -> None:
+def say_latency(say: Progress, arm: Arm, lat: LatencyResult, seconds: float | None = None) -> None:
     st = lat.stats()
     tpot, srv, ttft = st.get("tpot_ms"), st.get("server_tpot_ms"), st.get("ttft_ms")
     if tpot is None:
@@ -57,10 +58,10 @@ def _say_latency(say: Progress, arm: Arm, lat: LatencyResult, seconds: float | N
             line += f", difference {diff:+.2f}%"
     if ttft is not None:
         line += f"; TTFT median {ttft.median:.1f} ms"
-    say(line + f" (n={len(lat.ok_samples)}){_took(seconds)}")
+    say(line + f" (n={len(lat.ok_samples)}){took(seconds)}")
 
 
-def _say_sweep(say: Progress, arm: Arm, sweep: SweepResult, seconds: float | None = None) -> None:
+def say_sweep(say: Progress, arm: Arm, sweep: SweepResult, seconds: float | None = None) -> None:
     from quantrack.measure.sweep import level_label
 
     cells = []
@@ -70,7 +71,7 @@ def _say_sweep(say: Progress, arm: Arm, sweep: SweepResult, seconds: float | Non
                                  if isinstance(r.get("achieved_rate"), (int, float)) else "")
         cells.append(f"{what}: {tps:.1f} tok/s" if isinstance(tps, (int, float)) else f"{what}: n/a")
     if cells:
-        say(f"[{arm.name}] sweep: output throughput {', '.join(cells)} (measured){_took(seconds)}")
+        say(f"[{arm.name}] sweep: output throughput {', '.join(cells)} (measured){took(seconds)}")
     s = sweep.slo_search
     if s:
         say(f"[{arm.name}] SLO search {s['criterion']}: highest measured {s['mode']} meeting it "
@@ -78,17 +79,17 @@ def _say_sweep(say: Progress, arm: Arm, sweep: SweepResult, seconds: float | Non
             + (f", first miss {s['first_miss']}" if s.get("first_miss") is not None else " (no level missed)"))
 
 
-def _say_eval(say: Progress, arm: Arm, ev: EvalResult, seconds: float | None = None) -> None:
+def say_eval(say: Progress, arm: Arm, ev: EvalResult, seconds: float | None = None) -> None:
     acc, n, lo, hi = ev.accuracy, ev.n, ev.ci_low, ev.ci_high
     if acc is None:
         say(f"[{arm.name}] eval: no question answered")
         return
     ci = f", 95% interval {lo * 100:.0f}-{hi * 100:.0f}%" if lo is not None and hi is not None else ""
     say(f"[{arm.name}] eval: GSM8K {acc * 100:.0f}% of {int(n or 0)} questions{ci} (measured; a small "
-        f"sample: the interval, not the point, is the result){_took(seconds)}")
+        f"sample: the interval, not the point, is the result){took(seconds)}")
 
 
-def _say_log(say: Progress, arm: Arm, rep: LogReport | None) -> None:
+def say_log(say: Progress, arm: Arm, rep: LogReport | None) -> None:
     if rep is None:
         return
     parts = []

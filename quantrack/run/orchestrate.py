@@ -39,12 +39,12 @@ from quantrack.arms import Arm
 from quantrack.errors import BadInput, QuantrackError
 from quantrack.interrupts import as_interrupted, signal_name, signals_raise
 from quantrack.run.narrate import (
-    _say_capacity,
-    _say_eval,
-    _say_latency,
-    _say_log,
-    _say_sweep,
-    _took,
+    say_capacity,
+    say_eval,
+    say_latency,
+    say_log,
+    say_sweep,
+    took,
 )
 from quantrack.run.outcome import (
     ArmOutcome,
@@ -59,9 +59,13 @@ from quantrack.run.schema import (
     STATUS_FINISHED,
     STATUS_KILLED,
     STATUS_REJECTED,
+    Metric,
+    RunStatus,
+    Tag,
 )
 from quantrack.run.steps import (
-    node_facts,
+    check_server_log,
+    local_node,
     step_engine_plot,
     step_eval,
     step_kl,
@@ -188,17 +192,17 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
             if out.server_log is not None:
                 log = out.server_log
                 out.log_report = _run_step(out, "parse_log", lambda: step_parse_log(study, log))
-                _say_log(say, arm, out.log_report)
+                say_log(say, arm, out.log_report)
             with contextlib.suppress(StepError):  # live facts are optional (not every engine exposes all)
                 out.live = _run_step(out, "query", lambda: step_query(study, base_url))
-            _say_capacity(say, arm, out)
+            say_capacity(say, arm, out)
             lat = study.latency
             say(f"[{arm.name}] latency: batch 1, {lat.input_tokens} in / {lat.output_tokens} out, "
                 f"{lat.warmup} warmup + {lat.iterations} iterations")
             out.latency = _run_step(out, "latency", lambda: _sampled(study, out, "latency", lambda: step_latency(
                 study, arm, base_url, opts.api_key, say)), keep=lambda partial: setattr(out, "latency", partial))
             _say_contention(say, arm, out, "latency")
-            _say_latency(say, arm, out.latency, out.step_s.get("latency"))
+            say_latency(say, arm, out.latency, out.step_s.get("latency"))
             _check_measured(out, "latency", out.latency.n_failed, len(out.latency.samples), "latency samples")
             if study.sweep.concurrency or study.sweep.rates:
                 say(f"[{arm.name}] sweep: " + "; ".join(
@@ -207,7 +211,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 out.sweep = _run_step(out, "sweep", lambda: _sampled(study, out, "sweep", lambda: step_sweep(
                     study, arm, base_url, opts.api_key, say)), keep=lambda partial: setattr(out, "sweep", partial))
                 _say_contention(say, arm, out, "sweep")
-                _say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
+                say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
                 _check_measured(out, "sweep", out.sweep.n_failed,
                                 sum(int(r.get("requests", 0)) for r in out.sweep.rows), "sweep requests")
                 sweep = out.sweep
@@ -227,7 +231,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 out.eval, out.eval_records = _run_step(
                     out, "eval", lambda: step_eval(study, arm, base_url, opts.api_key, workdir, say),
                     keep=lambda partial: _keep_eval(out, partial))
-                _say_eval(say, arm, out.eval, out.step_s.get("eval"))
+                say_eval(say, arm, out.eval, out.step_s.get("eval"))
                 _check_measured(out, "eval", out.eval.errors, out.eval.num_questions, "questions (server errors)")
             if study.kl_wanted(arm):
                 if opts.base_url:
@@ -239,7 +243,7 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                     out.kl = _run_step(out, "kl", lambda: step_kl(study, arm, base_url, base_arm, workdir, say))
                     say(f"[{arm.name}] kl: top-1 agreement {out.kl.top1_agree * 100:.1f}%, "
                         f"mean KL {out.kl.kl_mean:.4f} nats over {out.kl.n_positions} positions (measured)"
-                        f"{_took(out.step_s.get('kl'))}")
+                        f"{took(out.step_s.get('kl'))}")
                     _check_measured(out, "kl", 0, 0, "")
         out.status = STATUS_FINISHED
         say(f"[{arm.name}] done in {time.perf_counter() - t_arm:.0f} s")
@@ -304,7 +308,7 @@ class _Held:
 
     def force(self, signum: int) -> None:
         from quantrack.engines.lifecycle import kill_all
-        from quantrack.tracking import _spool_terminate, now_ms, spool_record
+        from quantrack.tracking import now_ms, spool_record, spool_terminate
 
         reason = f"forced exit ({signal_name(signum)} while stopping)"
         self.say(f"{signal_name(signum)} again: exiting now; engines killed, what is held goes to the spool "
@@ -317,7 +321,7 @@ class _Held:
             out.error = out.error or reason
             spool_record(self.record(out), self.tracker.uri, reason)
         if self.parent is not None:
-            _spool_terminate(self.tracker.uri, self.experiment, self.parent.uuid, STATUS_KILLED, now_ms())
+            spool_terminate(self.tracker.uri, self.experiment, self.parent.uuid, STATUS_KILLED, now_ms())
 
 
 def run_study(study: Study, opts: RunOptions | None = None, progress: Progress | None = None,
@@ -345,7 +349,6 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     if opts.server_log and not opts.base_url:
         raise BadInput("--server-log goes with --base-url (a server quantrack did not start)")
     if opts.server_log:
-        from quantrack.run.imported import check_server_log
 
         check_server_log(Path(opts.server_log), study.engine.kind)
     prices = _load_prices(opts.prices)
@@ -357,7 +360,7 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     experiment = study.tracking.experiment or study.name
     tracker = tracker or Tracker(opts.tracking_uri or study.tracking.uri, experiment, progress=say)
     workdir = _workdir(study, opts)
-    node = node_facts()
+    node = local_node()
     api_key = opts.api_key or os.environ.get("QUANTRACK_API_KEY")
     secrets = tuple(s for s in (api_key,) if s)
     arm_opts = RunOptions(**{**opts.__dict__, "api_key": api_key})
@@ -371,7 +374,7 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     parent = held.parent = tracker.log(study_record(study, experiment, node))
     outcomes: list[ArmOutcome] = []
     logged: dict[str, Logged] = {}
-    baseline_acc = _stored_baseline_accuracy(study, tracker) if names else None
+    baseline_acc = stored_baseline_accuracy(study, tracker) if names else None
     baseline_out: ArmOutcome | None = None
 
     def arm_record(out: ArmOutcome) -> RunRecord:
@@ -457,7 +460,7 @@ def study_table(result: StudyResult, uri: str, say: Progress, prices: Any = None
     from quantrack.tracking import load_runs
 
     try:
-        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get("mlflow.parentRunId") == parent.run_id]
+        runs = [r for r in load_runs(result.experiment, uri) if r.tags.get(Tag.MLFLOW_PARENT_RUN_ID) == parent.run_id]
         if not runs:
             return None
         text = render(build_table(result.experiment, runs, result.study.baseline.name, prices), "table")
@@ -470,7 +473,7 @@ def study_table(result: StudyResult, uri: str, say: Progress, prices: Any = None
     return text
 
 
-def _stored_baseline_accuracy(study: Study, tracker: Tracker) -> float | None:
+def stored_baseline_accuracy(study: Study, tracker: Tracker) -> float | None:
     """The baseline's accuracy from its newest finished run in the store (for a single --arm run)."""
     from quantrack.tracking import load_runs
 
@@ -479,6 +482,6 @@ def _stored_baseline_accuracy(study: Study, tracker: Tracker) -> float | None:
     except QuantrackError:
         return None
     for r in runs:
-        if r.arm == study.baseline.name and r.status == "FINISHED" and "gsm8k_accuracy" in r.metrics:
-            return r.metrics["gsm8k_accuracy"]
+        if r.arm == study.baseline.name and r.status == RunStatus.FINISHED and Metric.GSM8K_ACCURACY in r.metrics:
+            return r.metrics[Metric.GSM8K_ACCURACY]
     return None

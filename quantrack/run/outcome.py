@@ -20,7 +20,8 @@ from quantrack.tracking import Logged
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
-    from quantrack.engines.base import LogReport
+    from quantrack.capacity import ArmPrediction
+    from quantrack.engines.base import LiveFacts, LogReport
     from quantrack.measure.hygiene import Hygiene
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
@@ -44,13 +45,13 @@ class ArmOutcome:
     status: str = "RUNNING"
     verdict: str | None = None
     verdicts: list[Verdict] = field(default_factory=list)
-    predicted: dict[str, Any] | None = None  # quantrack.capacity.predict_for_arm (derived)
+    predicted: ArmPrediction | None = None  # quantrack.capacity.predict_for_arm (derived)
     launch_argv: list[str] | None = None
     launch_env: dict[str, str] = field(default_factory=dict)
     server_log: Path | None = None
     base_url: str | None = None
     log_report: LogReport | None = None
-    live: dict[str, Any] | None = None
+    live: LiveFacts | None = None  # adapter.query (measured)
     latency: LatencyResult | None = None
     latency_row: dict[str, Any] | None = None  # an imported latency row (quantrack log)
     sweep: SweepResult | None = None

@@ -30,7 +30,7 @@ def kv_figures(out: ArmOutcome) -> dict[str, float]:
     extra = rep.extra if rep is not None else {}
     figs: dict[str, float] = {}
     rep_mib = extra.get("kv_mib")
-    pred_mib = _num(pred, "engine_kv_mib") if pred is not None else None
+    pred_mib = number_of(pred, "engine_kv_mib") if pred is not None else None
     if isinstance(rep_mib, (int, float)):
         figs[Metric.KV_MIB_REPORTED] = float(rep_mib)
     if pred_mib is not None:
@@ -43,7 +43,7 @@ def kv_figures(out: ArmOutcome) -> dict[str, float]:
     return figs
 
 
-def _num(obj: Any, *names: str) -> float | None:
+def number_of(obj: Any, *names: str) -> float | None:
     for n in names:
         v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)):
@@ -84,12 +84,12 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
 
 
 def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
-    arm, rep, live, node = out.arm, out.log_report, out.live or {}, out.node
+    arm, rep, live, node = out.arm, out.log_report, out.live, out.node
     # what was run, where
     rec.param(Param.STUDY, study.name)
     rec.param(Param.ARM, arm.name)
     rec.param(Param.ENGINE, study.engine.kind)
-    rec.param(Param.ENGINE_VERSION, (rep.engine_version if rep is not None else None) or live.get("engine_version")
+    rec.param(Param.ENGINE_VERSION, (rep.engine_version if rep is not None else None) or (live.engine_version if live is not None else None)
               or study.engine.version)
     rec.param(Param.MODEL, arm.model or study.model.path or study.model.gguf or study.model.name)
     rec.param(Param.MODEL_NAME, study.model.name)
@@ -113,7 +113,7 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     rec.param(Param.GPU_UTIL, study.gpu.util)
     rec.param(Param.MAX_MODEL_LEN, study.context_len)
     rec.param(Param.TP, study.gpu.count)
-    rec.param(Param.PARALLEL, study.parallel if get_adapter(study.engine.kind).has_slots else None)
+    rec.param(Param.PARALLEL, study.parallel if get_adapter(study.engine.kind).memory.slots else None)
     rec.param(Param.INPUT_TOKENS, study.latency.input_tokens)
     rec.param(Param.OUTPUT_TOKENS, study.latency.output_tokens)
     rec.param(Param.LATENCY_WARMUP, study.latency.warmup)
@@ -187,7 +187,7 @@ def _metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -
         rec.metric(Metric.AVAILABLE_KV_GIB, rep.available_kv_gib)
         rec.metric(Metric.MAX_CONCURRENCY, rep.max_concurrency)
         rec.metric(Metric.CUDA_GRAPH_GIB, rep.cuda_graph_gib)
-    predicted_tokens = _num(out.predicted or {}, "engine_tokens")
+    predicted_tokens = number_of(out.predicted or {}, "engine_tokens")
     rec.metric(Metric.KV_TOKENS_PREDICTED, predicted_tokens)
     reported = rep.kv_cache_tokens if rep is not None else None
     if predicted_tokens and reported is not None:
@@ -230,7 +230,7 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
     if rep is not None:
         rec.artifacts[Artifact.SERVER_LOG_REPORT] = json.dumps(rep.to_dict(), indent=1, default=str)
     if out.live:
-        rec.artifacts[Artifact.SERVER_LIVE] = json.dumps(out.live, indent=1, default=str)
+        rec.artifacts[Artifact.SERVER_LIVE] = json.dumps(out.live.to_dict(), indent=1, default=str)
     if out.latency is not None:
         rec.artifacts[Artifact.LATENCY_LATENCY] = json.dumps(out.latency.to_row(), indent=1, default=str)
     elif out.latency_row is not None:
@@ -253,14 +253,13 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
 
 def fallback_state(rep: LogReport) -> str:
     """``yes`` (the log shows a fallback), ``no`` (a log of a known engine that got as far as loading the
-    weights, ``EngineAdapter.loaded_fields``, and shows none), else ``unknown``: a log that says nothing is never
+    weights, ``EngineAdapter.loaded``, and shows none), else ``unknown``: a log that says nothing is never
     read as "no fallback" (the same rule as ``quantrack audit``)."""
     if rep.fallbacks:
         return schema.FALLBACK_YES
     if rep.engine is None:
         return schema.FALLBACK_UNKNOWN
-    loaded = get_adapter(rep.engine).loaded_fields
-    if any((getattr(rep, f) if hasattr(rep, f) else rep.extra.get(f)) is not None for f in loaded):
+    if get_adapter(rep.engine).loaded(rep):
         return schema.FALLBACK_NO
     return schema.FALLBACK_UNKNOWN
 
@@ -380,19 +379,19 @@ def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:
     # SweepResult.rows: one dict per level (concurrency or rate, output_tok_s, request_s, ...)
     for lv in sweep.rows:
         label = level_label(lv)
-        c = _num(lv, "concurrency")
+        c = number_of(lv, "concurrency")
         if lv.get("mode") != "rate" and c is not None:
             ci = int(c)
-            rec.metric(schema.sweep_output_tps(ci), _num(lv, "output_tok_s"))
-            rec.metric(schema.sweep_tpot_p50(ci), _num(lv, "tpot_p50_ms"))
-            rec.metric(schema.sweep_ttft_p50(ci), _num(lv, "ttft_p50_ms"))
-            rec.metric(schema.sweep_request_tps(ci), _num(lv, "request_s"))
+            rec.metric(schema.sweep_output_tps(ci), number_of(lv, "output_tok_s"))
+            rec.metric(schema.sweep_tpot_p50(ci), number_of(lv, "tpot_p50_ms"))
+            rec.metric(schema.sweep_ttft_p50(ci), number_of(lv, "ttft_p50_ms"))
+            rec.metric(schema.sweep_request_tps(ci), number_of(lv, "request_s"))
         elif lv.get("mode") == "rate":
-            rec.metric(schema.sweep_level("output_tps", label), _num(lv, "output_tok_s"))
-            rec.metric(schema.sweep_level("tpot_ms_p50", label), _num(lv, "tpot_p50_ms"))
-            rec.metric(schema.sweep_level("ttft_ms_p50", label), _num(lv, "ttft_p50_ms"))
-            rec.metric(schema.sweep_level("request_tps", label), _num(lv, "request_s"))
-            rec.metric(schema.sweep_level("achieved_rate", label), _num(lv, "achieved_rate"))
+            rec.metric(schema.sweep_level("output_tps", label), number_of(lv, "output_tok_s"))
+            rec.metric(schema.sweep_level("tpot_ms_p50", label), number_of(lv, "tpot_p50_ms"))
+            rec.metric(schema.sweep_level("ttft_ms_p50", label), number_of(lv, "ttft_p50_ms"))
+            rec.metric(schema.sweep_level("request_tps", label), number_of(lv, "request_s"))
+            rec.metric(schema.sweep_level("achieved_rate", label), number_of(lv, "achieved_rate"))
         for figure, path in _LEVEL_FIGURES:
             rec.metric(schema.sweep_level(figure, label), _dig(lv, path))
     s = sweep.slo_search

@@ -9,18 +9,61 @@ Nothing is imported here: readers import it without loading the runner.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
-# Status of an arm the rulebook rejected: it was never started (MLflow has no "rejected" status).
+
+class RunStatus(StrEnum):
+    """A logged run's status as the readers see it: MLflow's statuses, and REJECTED on the read side only (an
+    arm the rulebook rejected is stored as KILLED with ``Tag.VERDICT`` = reject: MLflow has no such status)."""
+
+    RUNNING = "RUNNING"
+    SCHEDULED = "SCHEDULED"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+    REJECTED = "rejected"
+
+
+class RuleVerdict(StrEnum):
+    """A rulebook verdict (``Tag.VERDICT``, ``preflight/verdicts.json``)."""
+
+    ALLOW = "allow"
+    WARN = "warn"
+    REJECT = "reject"
+
+
+# (KV-cache scale sources, a closed set of their own, belong beside these.)
+
+
+class FallbackState(StrEnum):
+    """Values of ``Tag.FALLBACK``: UNKNOWN when the log could not say (never read as NO)."""
+
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
+
+
+class ContentionState(StrEnum):
+    """Values of ``Tag.CONTENTION`` (quantrack.measure.hygiene); UNKNOWN also when a run recorded none."""
+
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
+
+
+# Status stored for an arm the rulebook rejected: it was never started (read back as RunStatus.REJECTED).
 STATUS_REJECTED = "KILLED"
 # An arm stopped by an interrupt or a signal: what it measured is logged, with the step it was in.
 STATUS_KILLED = "KILLED"
 STATUS_FAILED = "FAILED"
 STATUS_FINISHED = "FINISHED"
 
-# values of Tag.FALLBACK: "unknown" when the log could not say (never read as "no")
-FALLBACK_YES = "yes"
-FALLBACK_NO = "no"
-FALLBACK_UNKNOWN = "unknown"
+# values of Tag.FALLBACK (FallbackState)
+FALLBACK_YES = FallbackState.YES.value
+FALLBACK_NO = FallbackState.NO.value
+FALLBACK_UNKNOWN = FallbackState.UNKNOWN.value
+# the steps whose measurement hygiene is tagged (Tag.CONTENTION)
+HYGIENE_STEPS = ("latency", "sweep")
 
 
 class Param:
@@ -78,6 +121,13 @@ class Param:
     SWEEP_RANGE_RATIO = "sweep_range_ratio"
     TP = "tp"
     WEIGHTS = "weights"
+    # a Ray fleet's runs (quantrack.fleet.ray_runner)
+    RAY_NODE_ID = "ray_node_id"
+    GPU_SOURCE = "gpu_source"
+    FLEET_GPU = "fleet_gpu"
+    FLEET_GPUS = "fleet_gpus"
+    FLEET_ATTEMPT = "fleet_attempt"
+    FLEET_NODES_TRIED = "fleet_nodes_tried"
 
 
 class Metric:
@@ -153,6 +203,57 @@ class Tag:
     SLO_SEARCH = "quantrack.sweep_slo_search"  # the criterion the sweep bisected for (tpot_p95<=50ms)
     SLO_SEARCH_MODE = "quantrack.sweep_slo_search_mode"  # concurrency | rate
     SLO_SEARCH_FIRST_MISS = "quantrack.sweep_slo_search_first_miss"  # lowest measured level missing it; "none"
+    # the store's own bookkeeping (quantrack.tracking): idempotent upload, spool, parent link, provenance
+    RUN_UUID = "quantrack.run_uuid"
+    COMPLETE = "quantrack.complete"
+    PARENT_UUID = "quantrack.parent_uuid"
+    SPOOLED = "quantrack.spooled"
+    VERSION = "quantrack.version"
+    GIT_REVISION = "quantrack.git_revision"
+    HOSTNAME = "quantrack.hostname"
+    FACT = "quantrack.fact"  # a node-fact run's kind ("probe"): see NodeFact
+    FLEET = "quantrack.fleet"  # "ray": the run belongs to a fleet study
+    FLEET_JOB = "quantrack.fleet.job"
+    FLEET_ATTEMPT_ID = "quantrack.fleet.attempt_id"
+    # MLflow's own tags that quantrack reads
+    MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
+    MLFLOW_RUN_NAME = "mlflow.runName"
+
+
+class Role:
+    """Values of ``Tag.ROLE``."""
+
+    STUDY = "study"
+    ARM = "arm"
+    NODE_FACT = "node-fact"
+
+
+class NodeFact:
+    """Names of a node-fact run (``quantrack probe --track``, experiment ``EXPERIMENT``)."""
+
+    EXPERIMENT = "quantrack-node-facts"
+    KIND_PROBE = "probe"  # value of Tag.FACT
+    PARAM_HOSTNAME = "node_hostname"
+    PARAM_GPU_NAME = Param.GPU_NAME
+    PARAM_COMPUTE_CAPABILITY = Param.COMPUTE_CAPABILITY
+    PARAM_TORCH = "torch"
+    PARAM_TORCH_CUDA = "torch_cuda"
+    PARAM_MODEL = Param.MODEL
+    TAG_PROBE_VERDICT = "probe.verdict"  # native | none
+    METRIC_COPY_TBPS = "probe_copy_tbps"
+    FP8_SPEEDUP = re.compile(r"^probe_fp8_speedup_b(\d+)$")  # the reader's side of probe_fp8_speedup()
+
+
+def probe_fp8_speedup(batch: int) -> str:
+    return f"probe_fp8_speedup_b{batch}"
+
+
+def probe_bf16_stack_ms(batch: int) -> str:
+    return f"probe_bf16_stack_ms_b{batch}"
+
+
+def probe_fp8_stack_ms(batch: int) -> str:
+    return f"probe_fp8_stack_ms_b{batch}"
 
 
 class Artifact:
@@ -199,7 +300,9 @@ def sweep_level(figure: str, level: str) -> str:
 
 SWEEP_SLO_LIMIT = "sweep_slo_limit"  # highest measured level meeting [sweep] slo_search (c or requests/s)
 SWEEP_LEVEL = re.compile(r"^sweep_(.+)_([cr][0-9.e+-]+)$")  # the reader's side of sweep_level()
-SWEEP_OUTPUT_TPS = re.compile(r"^sweep_output_tps_c(\d+)$")  # the reader"s side of sweep_output_tps()
+SWEEP_OUTPUT_TPS = re.compile(r"^sweep_output_tps_c(\d+)$")  # the reader's side of sweep_output_tps()
+SWEEP_TPOT_P50 = re.compile(r"^sweep_tpot_ms_p50_c(\d+)$")
+SWEEP_TTFT_P50 = re.compile(r"^sweep_ttft_ms_p50_c(\d+)$")
 
 
 def latency_stat(figure: str, stat: str) -> str:

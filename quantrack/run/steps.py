@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantrack.arms import Arm
-from quantrack.errors import QuantrackError
+from quantrack.errors import BadInput, QuantrackError
 from quantrack.interrupts import Interrupted
 from quantrack.redact import redact_argv, secret_values
 from quantrack.run.outcome import ArmOutcome, Progress, StepError
@@ -20,13 +20,14 @@ from quantrack.study import Study
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
-    from quantrack.engines.base import LogReport
+    from quantrack.capacity import ArmPrediction
+    from quantrack.engines.base import LiveFacts, LogReport
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
 
 # --- node facts --------------------------------------------------------------------------------------------
 
-def node_facts(gpu_index: int = 0) -> dict[str, Any]:
+def local_node(gpu_index: int = 0) -> dict[str, Any]:
     """This node: hostname, and from NVML (quantrack.nvml) GPU name, compute capability, driver, CUDA, MIG.
 
     Without a driver the GPU facts stay unknown (absent), never guessed."""
@@ -43,6 +44,31 @@ def node_facts(gpu_index: int = 0) -> dict[str, Any]:
                       "driver": g.driver_version, "cuda_driver": g.cuda_driver_version, "mig": g.mig,
                       "gpu_memory_mib": g.memory_bytes // (1024 * 1024), "gpu_catalog_match": g.gpu.name})
     return facts
+
+
+# --- a startup log given with the run (run --server-log, quantrack log) ---------------------------------------
+
+def check_server_log(path: Path, engine: str, what: str = "--server-log") -> None:
+    """A startup log of ``engine``, or one line (exit 2): a binary file, a file with no engine's lines, or
+    another engine's log is refused, never parsed into a run that reads "no fallback"."""
+    from quantrack.engines import DETECT_BYTES, detect_engine
+
+    if not path.is_file():
+        raise BadInput(f"{what} {str(path)!r}: no such file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(DETECT_BYTES)
+    except OSError as exc:
+        raise BadInput(f"{what} {str(path)!r}: cannot read ({exc.strerror or exc})") from None
+    if b"\x00" in head:
+        raise BadInput(f"{what} {str(path)!r}: a binary file, not an engine's startup log")
+    found = detect_engine(head.decode("utf-8", errors="replace"))
+    if found is None:
+        raise BadInput(f"{what} {str(path)!r}: no {engine} startup-log lines found (not a server log?)")
+    if found != engine:
+        raise BadInput(f"{what} {str(path)!r}: this is a {found} log, the study's engine is {engine} "
+                       f"(pass --engine {found} if that is right)")
+
 
 
 # --- steps -------------------------------------------------------------------------------------------------
@@ -99,12 +125,12 @@ def _shape_for(study: Study, arm: Arm) -> Any:
     raise StepError("[model] needs name, config or gguf for a capacity prediction")
 
 
-def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> dict[str, Any]:
+def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> ArmPrediction:
     """Derived capacity for this arm (quantrack.capacity.predict_for_arm).
 
     llama.cpp: the KV cache is pure arithmetic (every cell allocated up front), predicted with the study's
     slots (-np) so cells per stream and streams match what the server prints."""
-    from quantrack.capacity import MiB, kv_cache_memory_bytes_in, predict_engine, predict_for_arm
+    from quantrack.capacity import kv_cache_memory_bytes_in, predict_engine, predict_for_arm, whole_cache_prediction
     from quantrack.engines import get_adapter
 
     gpu = _gpu_for(study, node)
@@ -113,11 +139,10 @@ def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> dict[str, Any]
     kv_fixed = kv_cache_memory_bytes_in([*arm.engine_args, *study.engine.args])
     pred = predict_for_arm(shape, gpu, arm, study.engine.kind, util=study.gpu.util,
                            context_len=study.context_len, tp=study.gpu.count, kv_cache_memory_bytes=kv_fixed)
-    if get_adapter(study.engine.kind).has_slots and study.parallel > 1:
+    if get_adapter(study.engine.kind).memory.slots and study.parallel > 1:
         eng = predict_engine(shape, float(gpu.total_bytes) or 1.0, arm, study.engine.kind,
                              context_len=study.context_len, n_parallel=study.parallel)
-        pred.update({"engine_tokens": eng.engine_tokens, "engine_kv_bytes": eng.kv_bytes,
-                     "engine_kv_mib": round(eng.kv_bytes / MiB, 2), "prediction": eng.to_dict()})
+        pred = whole_cache_prediction(arm, study.engine.kind, eng)
     return pred
 
 
@@ -160,10 +185,10 @@ def step_parse_log(study: Study, log_path: Path) -> LogReport:
     return get_adapter(study.engine.kind).parse_log_file(log_path)
 
 
-def step_query(study: Study, base_url: str) -> dict[str, Any]:
+def step_query(study: Study, base_url: str) -> LiveFacts:
     from quantrack.engines import get_adapter
 
-    return dict(get_adapter(study.engine.kind).query(base_url, timeout=_request_timeout(study, 10.0)))
+    return get_adapter(study.engine.kind).query(base_url, timeout=_request_timeout(study, 10.0))
 
 
 def _request_timeout(study: Study, default: float) -> float:

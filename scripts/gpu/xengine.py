@@ -15,6 +15,8 @@ engines serving identical weights is the floor below which an arm's KL is not a 
                                                                  bf16 values the export writes, stored F32, in
                                                                  llama.cpp's row order (for llama.cpp on the CPU)
   xengine.py compare BASE.json CAND.json [--out R.json]         KL(BASE || CAND), top-1 agreement, bootstrap CI
+  xengine.py tok-check DIR MODEL.gguf OUT.json [--tokens 4000]  the export's tokenizer.json vs llama.cpp's /tokenize on
+                                                                 the GGUF, on the KL texts: ids that differ
 """
 
 from __future__ import annotations
@@ -175,6 +177,38 @@ def cmd_compare(args: argparse.Namespace) -> None:
           f"lower bound {res['kl_lower_mean']:.3g}, top-{TOP_K} overlap {res['topk_overlap']:.3f}")
 
 
+def cmd_tok_check(args: argparse.Namespace) -> None:
+    import httpx
+    from tokenizers import Tokenizer
+
+    from quantrack.accuracy.texts import default_texts
+    from quantrack.arms import Arm
+    from quantrack.engines.lifecycle import server_for_arm
+
+    tok = Tokenizer.from_file(str(Path(args.dir) / "tokenizer.json"))
+    arm = Arm(name="tok-check", weights="f32", baseline=True, model=args.gguf)
+    srv = server_for_arm("llamacpp", args.gguf, arm, context_len=2048, log_path=str(Path(args.out).with_suffix(
+        ".server.log")), startup_timeout=900)
+    pieces, differ, done, first = 0, 0, 0, None
+    with srv:
+        for t in default_texts():
+            if done >= args.tokens:
+                break
+            for text in (t.prompt, t.continuation):
+                want = tok.encode(text, add_special_tokens=False).ids
+                got = httpx.post(f"{srv.base_url}/tokenize", json={"content": text, "add_special": False},
+                                 timeout=120).json()["tokens"]
+                pieces += 1
+                if got != want:
+                    differ += 1
+                    first = first or {"source": t.source, "text": text[:200], "hf": want[:40], "llamacpp": got[:40]}
+            done += len(tok.encode(t.continuation, add_special_tokens=False).ids)
+    res = {"pieces": pieces, "differ": differ, "first_difference": first, "tokenizer": str(args.dir),
+           "gguf": args.gguf}
+    Path(args.out).write_text(json.dumps(res, indent=1))
+    print(f"tokenization: {differ} of {pieces} strings differ (tolerance 0) -> {args.out}")
+
+
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -211,6 +245,11 @@ def main(argv: list[str]) -> None:
     p.add_argument("cand")
     p.add_argument("--out", default=None)
     p.set_defaults(fn=cmd_compare)
+    p = sub.add_parser("tok-check")
+    for a in ("dir", "gguf", "out"):
+        p.add_argument(a)
+    p.add_argument("--tokens", type=int, default=4000)
+    p.set_defaults(fn=cmd_tok_check)
     args = ap.parse_args(argv)
     args.fn(args)
 

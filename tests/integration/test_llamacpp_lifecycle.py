@@ -40,7 +40,7 @@ def _serve_and_parse(gguf: Path, tmp_path: Path, kv: str = "auto") -> tuple[obje
         assert r.status_code == 200
         body = r.json()
         assert body["timings"]["predicted_n"] >= 1
-        facts = get_adapter("llamacpp").query(srv.base_url)
+        facts = get_adapter("llamacpp").query(srv.base_url).to_dict()
     assert pid is not None and _gone(pid)
     return get_adapter("llamacpp").parse_log_file(log), facts
 
@@ -69,7 +69,7 @@ def test_q8_kv_cache_is_about_half(gguf_arms: dict[str, Path], tmp_path: Path) -
 def test_shared_fixture_serves(llamacpp_server: str) -> None:
     health = httpx.get(f"{llamacpp_server}/health", timeout=10)
     assert health.status_code == 200 and health.json()["status"] == "ok"
-    facts = get_adapter("llamacpp").query(llamacpp_server)
+    facts = get_adapter("llamacpp").query(llamacpp_server).to_dict()
     assert facts["slots"] == 2 and facts["slot_n_ctx"] == 1024  # -c 2048 split over 2 slots
 
 
@@ -199,7 +199,7 @@ def test_preflight_peeks_the_files_run_resolves(gguf_arms: dict[str, Path], monk
     from quantrack.preflight import cached_model_ref
 
     monkeypatch.setenv("QUANTRACK_CACHE", str(gguf_arms["F16"].parent))  # provisioned by the fixture
-    for qtype in models_ref.SMOLLM2_TYPES:
+    for qtype in models_ref.known_models()["smollm2"].types:
         ref = f"smollm2:{qtype}"
         provisioned = models_ref.resolve(ref).path  # the fixture made the GGUF types; hf-bf16 is exported here
         assert cached_model_ref(ref) == provisioned, ref

@@ -185,9 +185,9 @@ def test_run_ray_flag_calls_the_fleet_runner(tmp_path: Path, capsys: pytest.Capt
         calls.append((address, tracking_uri))
         kw["progress"]("ran on the fake cluster")  # type: ignore[operator]
         return ray_runner.FleetResult(study="s", experiment="s", tracking_uri=str(tracking_uri), parent_run_id="p",
-                                      results=[ray_runner.ArmResult(key="H100/bf16", gpu="H100", arm="bf16",
+                                      results=[ray_runner.JobResult(key="H100/bf16", gpu="H100", arm="bf16",
                                                                     status="FINISHED", run_id="r1"),
-                                               ray_runner.ArmResult(key="H100/fp8", gpu="H100", arm="fp8",
+                                               ray_runner.JobResult(key="H100/fp8", gpu="H100", arm="fp8",
                                                                     status="FAILED", error="node lost")])
 
     monkeypatch.setattr(ray_runner, "run_study_on_ray", fake)

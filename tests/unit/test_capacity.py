@@ -179,11 +179,13 @@ def test_llamacpp_four_slots_same_bytes() -> None:
     assert f"{pred.kv_bytes / 2**20:.2f}" == "23.91" and pred.settings["streams"] == 4
 
 
-def test_predict_for_arm_dict() -> None:
-    d = predict_for_arm(get_model("Llama-3-8B"), get_gpu("H100"), parse_arm_spec("fp8"), "vllm", context_len=4096)
-    assert d["basis"] == "derived" and d["fits"] is True
-    assert d["engine_tokens"] < d["naive_tokens"]
-    assert d["engine_weights_gib"] > d["naive_weights_gib"]  # embeddings + LM head stay bf16
+def test_predict_for_arm() -> None:
+    p = predict_for_arm(get_model("Llama-3-8B"), get_gpu("H100"), parse_arm_spec("fp8"), "vllm", context_len=4096)
+    assert p.basis == "derived" and p.fits is True
+    assert p.naive_tokens is not None and p.engine_tokens < p.naive_tokens
+    assert p.engine_weights_gib is not None and p.naive_weights_gib is not None
+    assert p.engine_weights_gib > p.naive_weights_gib  # embeddings + LM head stay bf16
+    assert p.to_dict()["engine_tokens"] == p.engine_tokens == p.prediction.engine_tokens
     with pytest.raises(BadInput, match="x86-cpu has no fixed memory"):
         predict_for_arm(get_model("Llama-3-8B"), get_gpu("x86-cpu"), parse_arm_spec("fp8"), "vllm")
 

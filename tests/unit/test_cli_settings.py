@@ -11,7 +11,7 @@ import pytest
 
 from quantrack.cli import main
 from quantrack.errors import BadInput
-from quantrack.schema import convert
+from quantrack.settings import convert
 from quantrack.study import EngineSpec, EvalSpec, GpuSpec, LatencySpec, Study, SweepSpec
 
 

@@ -276,17 +276,20 @@ def test_rest_read_matches_mlflow(store_uri: str, edge_store: str, tmp_path: Pat
 # --- GSM8K interval, KV MiB, cost, skipped runs, exact McNemar without scipy ---------------------------------
 
 def test_gsm8k_cell_wilson_at_zero_of_ten() -> None:
+    from dataclasses import replace
+
     from quantrack.accuracy.stats import proportion
+    from quantrack.report.armrun import Accuracy
     from quantrack.report.compare import gsm8k_cell
 
     pr = proportion(0, 10)  # what the runner logs as gsm8k_ci_low / gsm8k_ci_high
     assert pr.se == 0.0
-    m = {"gsm8k_accuracy": 0.0, "gsm8k_se": 0.0, "gsm8k_ci_low": pr.ci_low, "gsm8k_ci_high": pr.ci_high,
-         "gsm8k_n": 10.0}
-    assert gsm8k_cell(m) == "0.0% [0.0, 27.8] n=10"
+    none = Accuracy(None, None, None, None, None, None, None, None)
+    acc = replace(none, accuracy=0.0, se=0.0, ci_low=pr.ci_low, ci_high=pr.ci_high, n=10.0)
+    assert gsm8k_cell(acc) == "0.0% [0.0, 27.8] n=10"
     # an import with no interval keeps accuracy ± SE; nothing logged is FILL IN
-    assert gsm8k_cell({"gsm8k_accuracy": 0.5, "gsm8k_se": 0.05}) == "0.500 ± 0.050"
-    assert gsm8k_cell({}) == FILL
+    assert gsm8k_cell(replace(none, accuracy=0.5, se=0.05)) == "0.500 ± 0.050"
+    assert gsm8k_cell(none) == FILL
 
 
 @pytest.mark.parametrize("b,c", [(0, 0), (0, 1), (1, 0), (3, 3), (2, 11), (11, 2), (30, 45), (79, 2), (0, 12),

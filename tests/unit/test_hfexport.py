@@ -184,8 +184,8 @@ def test_refuses_what_it_cannot_export_and_writes_nothing(tmp_path: Path) -> Non
     make_gguf(tmp_path / "r.gguf", extra_tensor="rope_freqs.weight")
     with pytest.raises(BadInput, match="rope_freqs.weight"):
         hfexport.export_hf(tmp_path / "r.gguf", tmp_path / "hf")
-    make_gguf(tmp_path / "q.gguf", arch="qwen2")
-    with pytest.raises(BadInput, match="only 'llama'"):
+    make_gguf(tmp_path / "q.gguf", arch="phi3")
+    with pytest.raises(BadInput, match=r"^GGUF architecture 'phi3': only 'llama', 'qwen2' GGUFs are exported"):
         hfexport.export_hf(tmp_path / "q.gguf", tmp_path / "hf2")
     assert not list(tmp_path.glob("hf*"))
 
@@ -208,3 +208,107 @@ def test_model_reference_hf_bf16_is_known_and_cached_by_its_marker(tmp_path: Pat
     assert models_ref.cached_path("smollm2:hf-bf16", cache_dir=tmp_path) is None
     with pytest.raises(BadInput, match="HF-BF16"):
         models_ref.cached_path("smollm2:hf-fp4", cache_dir=tmp_path)
+
+
+# --- Qwen2: attention biases, no Q/K permutation, untied head, its tokenizer and chat template --------------------
+
+QWEN_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + BYTES + [str(d) for d in range(10)] + ["ab", "Ġa",
+                                                                                                       "Ġab", "12"]
+QWEN_MERGES = ["a b", "Ġ ab", "1 2"]
+QWEN_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+
+
+def make_qwen2(path: Path) -> dict[str, np.ndarray]:
+    """A tiny qwen2 GGUF (F32 / Q8_0 / Q4_1 tensors, Q/K/V biases, an untied output); returns the F32 values of
+    the tensors written unquantized, by GGUF name."""
+    rng = np.random.default_rng(11)
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_block_count(LAYERS)
+    w.add_context_length(512)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_freq_base(1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(QWEN_TOKENS)
+    w.add_token_types([3, 3, 3] + [1] * (len(QWEN_TOKENS) - 3))
+    w.add_token_merges(QWEN_MERGES)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(False)
+    w.add_chat_template(QWEN_TEMPLATE)
+    exact: dict[str, np.ndarray] = {}
+    vocab = len(QWEN_TOKENS)
+
+    def put(name: str, values: np.ndarray, qtype: gguf.GGMLQuantizationType) -> None:
+        if qtype == gguf.GGMLQuantizationType.F32:
+            exact[name] = values
+            w.add_tensor(name, values, raw_dtype=qtype)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+
+    f32, q80, q41 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_1
+    put("token_embd.weight", rng.standard_normal((vocab, HIDDEN)).astype(np.float32), q80)
+    for b in range(LAYERS):
+        put(f"blk.{b}.attn_norm.weight", bf16_exact(rng, (HIDDEN,)), f32)
+        put(f"blk.{b}.attn_q.weight", bf16_exact(rng, (HIDDEN, HIDDEN)), f32)  # F32: a permutation would show
+        put(f"blk.{b}.attn_k.weight", bf16_exact(rng, (KV_HEADS * HEAD_DIM, HIDDEN)), f32)
+        put(f"blk.{b}.attn_v.weight", rng.standard_normal((KV_HEADS * HEAD_DIM, HIDDEN)).astype(np.float32), q41)
+        put(f"blk.{b}.attn_q.bias", bf16_exact(rng, (HIDDEN,)), f32)
+        put(f"blk.{b}.attn_k.bias", bf16_exact(rng, (KV_HEADS * HEAD_DIM,)), f32)
+        put(f"blk.{b}.attn_v.bias", bf16_exact(rng, (KV_HEADS * HEAD_DIM,)), f32)
+        put(f"blk.{b}.attn_output.weight", rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32), q41)
+        put(f"blk.{b}.ffn_norm.weight", bf16_exact(rng, (HIDDEN,)), f32)
+        put(f"blk.{b}.ffn_gate.weight", rng.standard_normal((FF, HIDDEN)).astype(np.float32), q41)
+        put(f"blk.{b}.ffn_up.weight", rng.standard_normal((FF, HIDDEN)).astype(np.float32), q41)
+        put(f"blk.{b}.ffn_down.weight", rng.standard_normal((HIDDEN, FF)).astype(np.float32), q41)
+    put("output_norm.weight", bf16_exact(rng, (HIDDEN,)), f32)
+    put("output.weight", rng.standard_normal((vocab, HIDDEN)).astype(np.float32), q80)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return exact
+
+
+def test_qwen2_is_exported_tensor_by_tensor_with_biases_and_no_qk_permutation(tmp_path: Path) -> None:
+    src, out = tmp_path / "qwen.gguf", tmp_path / "hf"
+    exact = make_qwen2(src)
+    summary = hfexport.export_hf(src, out)
+    got = hfexport.read_bf16(out / "model.safetensors")
+    reader = gguf.GGUFReader(str(src))
+    assert len(got) == len(reader.tensors) == 3 + 12 * LAYERS  # embedding, norm, head; 9 weights + 3 biases
+    for t in reader.tensors:
+        want = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        name = hfexport.hf_name(t.name, "qwen2")
+        np.testing.assert_array_equal(got[name], hfexport.bf16_to_f32(hfexport.bf16_bits(want)), err_msg=t.name)
+        if t.name in exact:  # written bf16-exact: the export holds exactly these values, in this row order
+            np.testing.assert_array_equal(got[name].reshape(exact[t.name].shape), exact[t.name], err_msg=t.name)
+    assert got["model.layers.1.self_attn.k_proj.bias"].shape == (KV_HEADS * HEAD_DIM,)
+    assert "lm_head.weight" in got and summary["architecture"] == "qwen2"
+    assert summary["qk_unpermuted"].startswith("no")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen2ForCausalLM"] and cfg["model_type"] == "qwen2"
+    assert (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (LAYERS, HEADS,
+                                                                                                   KV_HEADS)
+    assert cfg["tie_word_embeddings"] is False and cfg["use_sliding_window"] is False
+    assert cfg["rope_theta"] == 1000000.0 and cfg["rms_norm_eps"] == 1e-6 and "attention_bias" not in cfg
+    assert cfg["vocab_size"] == len(QWEN_TOKENS) and cfg["eos_token_id"] == 2
+    tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
+    assert tok_cfg["tokenizer_class"] == "Qwen2Tokenizer" and tok_cfg["chat_template"] == QWEN_TEMPLATE
+    assert tok_cfg["eos_token"] == "<|im_end|>"
+
+
+def test_qwen2_tokenizer_splits_digits_one_by_one(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    make_qwen2(tmp_path / "qwen.gguf")
+    hfexport.export_hf(tmp_path / "qwen.gguf", tmp_path / "hf")
+    tok = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    # "12" is a token, but Qwen2's pre-tokenizer isolates each digit first, as llama.cpp's qwen2 regex does
+    assert tok.encode("ab 12", add_special_tokens=False).tokens == ["ab", "Ġ", "1", "2"]
+    assert tok.encode("<|im_start|>ab ab", add_special_tokens=False).tokens == ["<|im_start|>", "ab", "Ġab"]
+    assert tok.decode(tok.encode("ab ab 1").ids) == "ab ab 1"

@@ -47,7 +47,7 @@ def test_study_prediction_equals_the_logged_kv_tokens() -> None:
     assert set(logged) == {a.name for a in study.arms}, logged
     for arm in study.arms:
         pred = step_predict(study, arm, {"gpu_name": "NVIDIA H200"})
-        assert logged[arm.name] == {pred["engine_tokens"]}, (arm.name, pred["engine_tokens"], logged[arm.name])
+        assert logged[arm.name] == {pred.engine_tokens}, (arm.name, pred.engine_tokens, logged[arm.name])
     assert sorted({t for v in logged.values() for t in v}) == [186_400, 372_816]
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from quantrack.accuracy.gsm8k import fewshot_ids, prompt_sha256, score
 from quantrack.accuracy.importers import import_result, result_json
+from quantrack.accuracy.paired import compare_runs
 from quantrack.accuracy.records import load_records
-from quantrack.accuracy.stats import compare_runs
 
 CAP = Path(__file__).resolve().parents[1] / "data" / "eval" / "lm-eval-0.4.13-smollm2"
 RESULTS = next(CAP.glob("results_*.json"))

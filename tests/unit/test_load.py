@@ -4,6 +4,7 @@ The llama.cpp /metrics text is real (tests/data/real/llamacpp-cpu/metrics-F16-kv
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from pathlib import Path
 
@@ -32,7 +33,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "real" / "llamacpp-cpu"
 def test_poisson_arrivals_are_seeded_and_have_the_asked_mean_gap() -> None:
     a = arrival_offsets(4000, 5.0, "poisson", seed=7)
     assert a == arrival_offsets(4000, 5.0, "poisson", seed=7) and a != arrival_offsets(4000, 5.0, "poisson", seed=8)
-    gaps = [y - x for x, y in zip(a, a[1:])]
+    gaps = [y - x for x, y in itertools.pairwise(a)]
     assert a[0] == 0.0 and abs(statistics.mean(gaps) - 0.2) < 0.01  # mean 1/rate; 4000 draws: SE 0.003
     assert statistics.pstdev(gaps) > 0.15  # exponential: sd = mean, unlike the constant schedule
     c = arrival_offsets(5, 4.0, "constant")

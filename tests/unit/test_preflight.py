@@ -316,8 +316,9 @@ def test_unknown_model_reference_is_bad_input(capsys, tmp_path, monkeypatch):
     path.write_text(text)
     code, out, err = run(capsys, "--study", str(path))
     assert code == 2 and out == ""
-    assert err == ("quantrack: error: model reference 'smollm2:Q5_0': no type Q5_0 (did you mean 'Q8_0'?); "
-                   "smollm2 has: F16, Q8_0, Q4_0, Q4_1, HF-BF16\n")
+    assert err == (f"quantrack: error: study file {str(path)!r}: [[arms]] 'Q4_0' model: model reference "
+                   "'smollm2:Q5_0': no type Q5_0 (did you mean 'Q8_0'?); smollm2 has: Q4_1, F16, Q8_0, Q4_0, HF-BF16\n")
+    assert not (tmp_path / "cache").exists()  # nothing fetched or created
 
 
 # --- NVML facts per GPU (fake pynvml: our mapping code, not a GPU) ----------------------------------------

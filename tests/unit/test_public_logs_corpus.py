@@ -19,7 +19,7 @@ import pytest
 
 from quantrack.cli import main
 from quantrack.engines import parse_log_file
-from quantrack.engines.detect import MARKERS, detect_text
+from quantrack.engines.detect import detect_text, markers
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "public-logs"
@@ -83,8 +83,9 @@ def test_auto_detection_reads_the_stated_figures(path: Path) -> None:
 
 
 def test_every_marker_names_where_it_was_seen() -> None:
-    for m in MARKERS:
-        assert m.source and m.weight > 0 and m.engine in ("vllm", "sglang", "llamacpp")
+    assert {m.engine for m in markers()} == {"vllm", "sglang", "llamacpp"}
+    for m in markers():
+        assert m.source and m.weight > 0 and m.anchors, m.label
         re.compile(m.pattern)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from quantrack.cli import main
-from quantrack.engines import establish_arm, parallel_from_report, parse_log_file
+from quantrack.engines import parse_log_file
+from quantrack.engines.reconcile import establish_arm, parallel_from_report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PUB = DATA / "public-logs"

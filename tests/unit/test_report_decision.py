@@ -16,18 +16,15 @@ from quantrack.accuracy.stats import (
     newcombe_paired_ci,
     proportion,
 )
+from quantrack.constraints import Constraints, parse_accuracy_drop, parse_max_kl, parse_slo
 from quantrack.errors import BadInput
 from quantrack.report.decision import (
     V_CANNOT,
     V_CLEAR,
     V_MISSES,
     V_NOT_MEASURED,
-    Constraints,
     build_report,
     decision_report,
-    parse_accuracy_drop,
-    parse_max_kl,
-    parse_slo,
     questions_needed,
     unpaired_interval,
 )

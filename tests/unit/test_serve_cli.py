@@ -74,5 +74,7 @@ def test_bad_reference_is_one_line_error(serve: Serve, fake_resolve: list[str], 
                                                                          'model = "smollm2:Q5_0"'))
     code, _, err = serve(str(study), "--arm", "Q4_0", "--dry-run")
     assert code == 2 and fake_resolve == []
-    assert err == ("quantrack: error: model reference 'smollm2:Q5_0': no type Q5_0 (did you mean 'Q8_0'?); "
-                   f"smollm2 has: {', '.join(models_ref.KNOWN['smollm2'])}\n")
+    # refused when the study is read, before anything is fetched
+    assert err == (f"quantrack: error: study file {str(study)!r}: [[arms]] 'Q4_0' model: model reference "
+                   "'smollm2:Q5_0': no type Q5_0 (did you mean 'Q8_0'?); "
+                   f"smollm2 has: {', '.join(models_ref.known_models()['smollm2'].types)}\n")

@@ -1,5 +1,5 @@
 """The study file's schema: every key typed and ranged once, refused before anything starts, one line naming
-the table and the key (quantrack.schema + quantrack.study)."""
+the table and the key (quantrack.settings + quantrack.study)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from quantrack.cli import main
 from quantrack.errors import BadInput
-from quantrack.schema import fields_of
+from quantrack.settings import fields_of
 from quantrack.study import EngineSpec, EvalSpec, GpuSpec, LatencySpec, Study, SweepSpec, load_study
 
 HEAD = """name = "s"

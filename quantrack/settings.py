@@ -15,7 +15,7 @@ and the fleet code copy with ``dataclasses.replace`` (a pydantic ``BaseModel`` d
 values arrive already typed (so pydantic's coercions would have to be switched off field by field
 with strict mode), the messages must be quantrack's one-line form rather than pydantic's
 multi-line report, and start-up stays light (``bench/study_load.py``, docs/benchmarks.md: importing
-``pydantic.BaseModel`` took 98 ms (min of 15) against 27 ms for ``quantrack.schema`` with the package, on the
+``pydantic.BaseModel`` took 98 ms (min of 15) against 27 ms for ``quantrack.settings`` with the package, on the
 loaded 2-core dev machine). What the
 module does is small: map a type hint to a check, and a range to a sentence.
 """
@@ -27,7 +27,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ class Check:
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
-    choices: tuple[str, ...] | None = None
+    choices: Sequence[str] | None = None
     nonempty: bool = False  # strings: not empty or blank
     flag: str | None = None  # the command-line spelling, when it is not --<field-name>
 
@@ -53,8 +53,11 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | N
             gt: float | None = None, le: float | None = None, choices: Iterable[str] | None = None,
             nonempty: bool = False, flag: str | None = None, factory: Any = None) -> Any:
     """A dataclass field with its rule: ``port: int = setting(0, "0 = a free port", ge=0, le=65535)``."""
-    check = Check(help=help, ge=ge, gt=gt, le=le, choices=tuple(choices) if choices is not None else None,
-                  nonempty=nonempty, flag=flag)
+    # a read-only Sequence is kept as given (a live view such as the engine registry's kinds); anything else is
+    # copied into a tuple
+    kept = None if choices is None else choices if isinstance(choices, Sequence) and not isinstance(
+        choices, (list, str)) else tuple(choices)
+    check = Check(help=help, ge=ge, gt=gt, le=le, choices=kept, nonempty=nonempty, flag=flag)
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={_META: check})
     if default is dataclasses.MISSING:

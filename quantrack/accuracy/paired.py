@@ -1,0 +1,54 @@
+"""Two accuracy runs from files, compared: paired (exact McNemar, Newcombe's interval) when both have per-question
+records (``quantrack eval compare``). The statistics are ``quantrack.accuracy.stats``; reading the files is
+``quantrack.accuracy.importers``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quantrack.accuracy.importers import load_run
+from quantrack.accuracy.stats import compare_counts, paired_counts
+from quantrack.errors import BadInput
+
+
+def compare_runs(base_path: str, arm_path: str) -> dict[str, Any]:
+    """Load two runs (records, result JSON or importable files) and compare them, paired when both
+    have per-question records. Returns a plain dict for rendering; accuracies only as measured/imported."""
+    base_res, base_recs = load_run(base_path)
+    arm_res, arm_recs = load_run(arm_path)
+    report: dict[str, Any] = {
+        "base": {"path": base_path, "source": base_res.source, "style": base_res.style,
+                 "accuracy": base_res.accuracy, "n": base_res.n, "errors": base_res.errors},
+        "arm": {"path": arm_path, "source": arm_res.source, "style": arm_res.style,
+                "accuracy": arm_res.accuracy, "n": arm_res.n, "errors": arm_res.errors},
+        "paired": False,
+    }
+    if base_recs is None or arm_recs is None:
+        which = " and ".join(name for name, recs in (("base", base_recs), ("arm", arm_recs)) if recs is None)
+        verb = "have" if " and " in which else "has"
+        report["reason"] = (f"a paired test is impossible: {which} {verb} no per-question records "
+                            "(accuracy-only import)")
+        return report
+    if base_res.style and arm_res.style and base_res.style != arm_res.style:
+        raise BadInput(f"base was scored with style {base_res.style!r}, arm with {arm_res.style!r}: "
+                       "compare runs scored the same way")
+    shared = sorted(set(base_recs) & set(arm_recs))
+    differing = [q for q in shared if base_recs[q].prompt_sha256 and arm_recs[q].prompt_sha256
+                 and base_recs[q].prompt_sha256 != arm_recs[q].prompt_sha256]
+    if differing:
+        raise BadInput(f"{len(differing)} shared questions were asked with different prompts (prompt_sha256 differs, "
+                       f"first id {differing[0]}): different shots or data; a paired comparison needs identical prompts")
+    a, b, c, d = paired_counts(base_recs, arm_recs)
+    if a + b + c + d == 0:
+        report["reason"] = "a paired test is impossible: no question was answered by both runs"
+        return report
+    cmp = compare_counts(a, b, c, d)
+    report["paired"] = True
+    report["comparison"] = cmp.to_dict()
+    report["verdict"] = cmp.verdict()
+    report["excluded"] = {
+        "only_in_base": len(set(base_recs) - set(arm_recs)),
+        "only_in_arm": len(set(arm_recs) - set(base_recs)),
+        "errored_in_either": sum(1 for q in shared if not (base_recs[q].answered and arm_recs[q].answered)),
+    }
+    return report

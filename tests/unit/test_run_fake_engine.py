@@ -1,0 +1,154 @@
+"""run_study / run_arm end to end on the fake engine (tests/fake_engine.py): a real server process (the SSE
+fixture) started and stopped by ManagedServer, a real llama.cpp startup log parsed, real GSM8K questions asked, every
+arm logged to a real (temporary, per test) MLflow store, in seconds and without an inference engine.
+
+Registering the engine is one call in one module (tests/fake_engine.py): that is the proof docs/engines.md points at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quantrack import engines
+from quantrack.errors import NotFound
+from quantrack.interrupts import Interrupted
+from quantrack.run.orchestrate import run_study
+from quantrack.run.outcome import RunOptions
+from quantrack.run.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_KILLED, Tag
+from quantrack.study import study_from_dict
+from tests.fake_engine import KIND, FakeAdapter, registered
+
+
+def _study(name: str, **over: Any) -> Any:
+    data: dict[str, Any] = {
+        "name": name,
+        "context_len": 1024,
+        "model": {"path": "fake-model.gguf"},
+        "engine": {"kind": KIND, "ready_timeout_s": 30.0},
+        "gpu": {"name": "x86-cpu"},
+        "latency": {"input_tokens": 8, "output_tokens": 6, "warmup": 1, "iterations": 3},
+        "sweep": {"concurrency": [1, 2], "requests_per_level": 4, "input_tokens": 8, "output_tokens": 6},
+        "eval": {"task": "gsm8k", "num_questions": 3, "num_shots": 1, "max_tokens": 8, "concurrency": 2},
+        "arms": [{"name": "base", "weights": "f16", "baseline": True},
+                 {"name": "q8", "weights": "q8_0", "kv": "q8_0"}],
+    }
+    for k, v in over.items():
+        data[k] = v if not isinstance(v, dict) else {**data.get(k, {}), **v}
+    return study_from_dict(data, source=f"{name}.toml")
+
+
+@pytest.fixture(scope="module")
+def _migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow sqlite store created once (its schema migrations take ~15 s on a busy two-core machine)."""
+    import mlflow
+
+    db = tmp_path_factory.mktemp("template-store") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def store(_migrated_store: Path, _isolated_tracking: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's own store (conftest's isolation), started from a copy of the migrated empty one."""
+    db = _isolated_tracking / "fake-engine.db"
+    shutil.copyfile(_migrated_store, db)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    # the study names a local GGUF, which `run` refuses when it does not exist: the fake engine never opens it
+    monkeypatch.chdir(_isolated_tracking)
+    (_isolated_tracking / "fake-model.gguf").write_bytes(b"GGUF")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAdapter]:
+    with registered() as adapter:
+        yield adapter
+
+
+def _runs(experiment: str) -> dict[str, Any]:
+    from quantrack.tracking import load_runs
+
+    return {r.tags.get("quantrack.arm") or r.params.get("arm"): r for r in load_runs(experiment)}
+
+
+def test_registering_is_one_call_and_undone(fake: FakeAdapter) -> None:
+    from quantrack.engines.detect import detect_text
+
+    assert KIND in engines.ENGINE_KINDS and engines.get_adapter(KIND) is fake
+    assert detect_text("PORT 41234\n").engine == KIND  # its marker joined detection
+    engines.unregister(KIND)
+    try:
+        assert KIND not in engines.ENGINE_KINDS and detect_text("PORT 41234\n").engine is None
+        with pytest.raises(NotFound, match="unknown engine 'fake'"):
+            engines.get_adapter(KIND)
+    finally:
+        engines.register(fake)
+
+
+def test_a_finished_study_logs_latency_sweep_and_eval(fake: FakeAdapter, store: None, tmp_path: Path) -> None:
+    lines: list[str] = []
+    res = run_study(_study("fake-ok"), RunOptions(workdir=tmp_path), progress=lines.append)
+    assert [o.status for o in res.outcomes] == [STATUS_FINISHED, STATUS_FINISHED], lines
+    for out in res.outcomes:
+        assert out.steps[:3] == ["preflight", "serve", "parse_log"]
+        assert {"latency", "sweep", "eval"} <= set(out.steps)
+        assert len(out.latency.samples) == 3 and out.latency.n_failed == 0
+        assert [r["concurrency"] for r in out.sweep.rows] == [1, 2]
+        assert out.eval.num_questions == 3 and out.eval.errors == 0
+        # the canned xllamacpp log, parsed with llama.cpp's rules under the fake engine's name
+        assert out.log_report.engine == KIND and out.log_report.kv_cache_tokens == 1024
+        assert out.live is not None and out.live.model == "fixture-model"
+    runs = _runs(res.experiment)
+    assert set(runs) == {"base", "q8"} and {r.status for r in runs.values()} == {STATUS_FINISHED}
+
+
+def test_a_failing_step_logs_failed_with_what_it_had(fake: FakeAdapter, store: None, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The eval step raising (here: GSM8K data that cannot be read) fails the arm; its latency and sweep stay."""
+    from quantrack.accuracy import gsm8k
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise OSError("gsm8k test split unreadable")
+
+    monkeypatch.setattr(gsm8k, "run_gsm8k", broken)
+    res = run_study(_study("fake-fail", arms=[{"name": "base", "weights": "f16", "baseline": True}]),
+                    RunOptions(workdir=tmp_path))
+    (out,) = res.outcomes
+    assert out.status == STATUS_FAILED and out.failed_step == "eval"
+    assert out.error == "eval: OSError: gsm8k test split unreadable"
+    assert out.latency is not None and out.sweep is not None and out.eval is None
+    run = _runs(res.experiment)["base"]
+    assert run.status == STATUS_FAILED and run.tags[Tag.FAILED_STEP] == "eval"
+    assert any(k.startswith("tpot") for k in run.metrics) and any("sweep" in k for k in run.metrics)
+
+
+def test_an_interrupt_logs_killed_with_partial_results(store: None, tmp_path: Path) -> None:
+    """SIGINT during the sweep (tokens every 40 ms): the arm is KILLED in step sweep, its latency is logged, the
+    server is stopped, the parent run is KILLED and Interrupted goes up."""
+    with registered(FakeAdapter(interval_ms=40)):
+        lines: list[str] = []
+
+        def progress(line: str) -> None:
+            lines.append(line)
+            if line.startswith("[base] sweep: concurrency"):
+                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+        with pytest.raises(Interrupted):
+            run_study(_study("fake-int"), RunOptions(workdir=tmp_path), progress=progress)
+    runs = _runs("fake-int")
+    assert set(runs) == {"base"}, lines  # the study stopped: q8 never started
+    run = runs["base"]
+    assert run.status == STATUS_KILLED and run.tags[Tag.FAILED_STEP] == "sweep", run.tags
+    assert run.tags[Tag.ERROR] == "interrupted (SIGINT) in step sweep"
+    assert any(k.startswith("tpot") for k in run.metrics)  # the latency measured before the interrupt
+    pid = int(next(x for x in lines if x.startswith("[base] server ready")).rsplit("pid ", 1)[1].rstrip(")"))
+    with pytest.raises(ProcessLookupError):  # the engine was stopped (and reaped) before the arm was logged
+        os.kill(pid, 0)
+    assert KIND not in engines.ENGINE_KINDS
