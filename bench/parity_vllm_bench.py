@@ -139,6 +139,7 @@ def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
                     pair[p].pop("row", None)
             rounds.append(pair)
         out["levels"].append({"concurrency": c, "rounds": rounds, **summary(rounds)})
+        print(f"level c{c} done: {json.dumps(summary(rounds), default=str)}", file=sys.stderr, flush=True)
     return out
 
 
