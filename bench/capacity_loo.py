@@ -1,7 +1,7 @@
 """Out-of-sample error of the engine-aware capacity model: leave one thread (run session) out.
 
 Each engine has one calibrated constant (vLLM ``VLLM_NON_TORCH_BYTES``, SGLang ``SGLANG_PRELOAD_USED_BYTES``,
-quantrack/capacity.py). For every log in the corpus below we compute the constant that would make the prediction
+quantrack/hardware/capacity.py). For every log in the corpus below we compute the constant that would make the prediction
 exact (the *implied* constant). Then, for each thread, the constant is refitted as the median implied constant of
 the **other** threads of the same engine, and that thread's logs are predicted with it: nothing a reported row
 depends on was fitted on that row's thread. Run sessions of one machine count as one thread when they share a
@@ -27,15 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from quantrack.arms import make_arm
-from quantrack.capacity import (
+from quantrack.engines import parse_log_file
+from quantrack.hardware.capacity import (
     SGLANG_PRELOAD_USED_BYTES,
     VLLM_NON_TORCH_BYTES,
     GiB,
     kv_bytes_per_token,
     predict_engine,
 )
-from quantrack.catalog import ModelShape, get_gpu, get_model
-from quantrack.engines import parse_log_file
+from quantrack.hardware.catalog import ModelShape, get_gpu, get_model
 
 LOGS = ROOT / "tests" / "data"
 BF16 = make_arm("bf16", weights="bf16")

@@ -4,7 +4,7 @@ Builds (once, cached) a local SQLite store with 1,000 arm runs in one experiment
 arms (../shared/data/vllm-h200 logs + latency JSON, logged exactly as `quantrack log` would) repeated over
 250 "nodes" (hostname param node-000 ..), plus per-question GSM8K outcomes from the real llama.cpp records
 (tests/data/eval/smol-q41-max24.jsonl) on the bf16 and fp8 arms so the paired test runs. Then times, for
-each store reader (``auto``: quantrack.storeread, no mlflow import; ``mlflow``: one mlflow.search_runs):
+each store reader (``auto``: quantrack.store.direct, no mlflow import; ``mlflow``: one mlflow.search_runs):
 
 * CLI: ``quantrack compare --experiment ...`` as a fresh process (imports included), ``--cli-runs`` times,
   readers interleaved, and checks that both readers print the same bytes;
@@ -41,8 +41,8 @@ def build_store(uri: str, n_runs: int) -> None:
         record_for_arm,
         step_predict,
     )
+    from quantrack.store.tracking import _client, experiment_id, upload
     from quantrack.study import load_study
-    from quantrack.tracking import _client, experiment_id, upload
 
     study = load_study(REPO / "tests" / "data" / "tracking" / "vllm-h200.toml")
     records = REPO / "tests" / "data" / "eval" / "smol-q41-max24.jsonl"
@@ -108,7 +108,7 @@ def main() -> None:
         marker.write_text("ok\n")
 
     from quantrack.report.compare import compare_experiment, render
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     readers = ("auto", "mlflow")
     load0 = os.getloadavg()[0]

@@ -37,7 +37,7 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 
 
 def _model() -> Path:
-    from quantrack.models_ref import resolve
+    from quantrack.models.ref import resolve
 
     return Path(resolve("smollm2:Q8_0").path)
 

@@ -1,6 +1,6 @@
 """How many arm runs per second one `mlflow server` on PostgreSQL accepts from concurrent writers.
 
-Each writer is a process that logs runs the way a fleet node does (``quantrack.tracking.Tracker.log``:
+Each writer is a process that logs runs the way a fleet node does (``quantrack.store.tracking.Tracker.log``:
 create run, one batch of ~30 metrics + params + tags, one text artifact, terminate). Writers import
 mlflow and connect first, then start together at a barrier; the clock runs from the barrier to the
 last writer's end.
@@ -122,7 +122,7 @@ def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 20) -> None:
 
 
 def _record(experiment: str, writer: int, i: int, n_metrics: int, artifact_bytes: int) -> Any:
-    from quantrack.tracking import RunRecord
+    from quantrack.store.records import RunRecord
 
     rec = RunRecord(experiment=experiment, run_name=f"w{writer}-r{i}")
     for k in range(10):
@@ -136,7 +136,7 @@ def _record(experiment: str, writer: int, i: int, n_metrics: int, artifact_bytes
 
 def _writer(uri: str, experiment: str, writer: int, runs: int, n_metrics: int, artifact_bytes: int,
             barrier: Any, out: Any) -> None:
-    from quantrack.tracking import Tracker
+    from quantrack.store.tracking import Tracker
 
     os.environ["QUANTRACK_SPOOL_DIR"] = tempfile.mkdtemp(prefix="qt-spool-")
     tracker = Tracker(uri, experiment)
@@ -158,7 +158,7 @@ def measure(uri: str, n: int, runs: int, n_metrics: int, artifact_bytes: int) ->
     barrier = ctx.Barrier(n + 1)
     q = ctx.Queue()
     experiment = f"bench-writers-{n}-{int(time.time())}"
-    from quantrack.tracking import Tracker
+    from quantrack.store.tracking import Tracker
 
     Tracker(uri, experiment).log(_record(experiment, 0, -2, 1, 100))  # create the experiment once
     procs = [ctx.Process(target=_writer, args=(uri, experiment, w, runs, n_metrics, artifact_bytes, barrier, q))

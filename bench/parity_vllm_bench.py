@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         from quantrack.arms import make_arm
         from quantrack.engines.lifecycle import server_for_arm
-        from quantrack.gguf_models import fetch_smollm2
+        from quantrack.models.gguf import fetch_smollm2
 
         cache = Path(os.environ.get("QUANTRACK_CACHE") or REPO / ".quantrack-cache")
         gguf = fetch_smollm2(cache)

@@ -57,7 +57,7 @@ def main() -> None:
     from quantrack.constraints import Constraints, parse_accuracy_drop, parse_slo
     from quantrack.report.decision import decision_report
     from quantrack.report.page import to_html
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     n = len(load_runs(EXPERIMENT, uri))
     load0 = os.getloadavg()[0]

@@ -29,8 +29,8 @@ from quantrack.errors import BadInput
 if TYPE_CHECKING:
     import pandas as pd
 
-    from quantrack.catalog import ModelShape
-    from quantrack.preflight import PreflightReport
+    from quantrack.hardware.catalog import ModelShape
+    from quantrack.hardware.preflight import PreflightReport
     from quantrack.report.audit import AuditReport
     from quantrack.study import Study
 
@@ -100,7 +100,7 @@ def plan(model: str | ModelShape, *, gpu: str | None = None, vram: str | float |
     ``arms``: presets or ``weights=…,kv=…`` (default: the seeds' five). ``df.attrs["title"]`` says the basis."""
     import pandas as pd
 
-    from quantrack.capacity import run_plan
+    from quantrack.hardware.capacity import run_plan
 
     req = plan_request(model, gpu=gpu, vram=vram, arms=arms, engine=engine, util=util, context_len=context_len,
                        tp=tp, overhead=overhead)
@@ -113,8 +113,8 @@ def plan_request(model: str | ModelShape, *, gpu: str | None = None, vram: str |
                  arms: Sequence[str] | None = None, engine: str | None = None, util: float | None = None,
                  context_len: int = 4096, tp: int = 1, overhead: str | None = None) -> Any:
     """The validated ``capacity.PlanRequest`` behind :func:`plan` (ranges as the study's settings)."""
-    from quantrack import capacity, catalog, units
     from quantrack.arms import default_arms, parse_arm_spec, with_baseline
+    from quantrack.hardware import capacity, catalog, units
     from quantrack.settings import convert
     from quantrack.study import GpuSpec, Study
 
@@ -145,16 +145,16 @@ def plan_request(model: str | ModelShape, *, gpu: str | None = None, vram: str |
 
 
 def _shape(model: str | ModelShape) -> ModelShape:
-    from quantrack import catalog
+    from quantrack.hardware import catalog
 
     if isinstance(model, catalog.ModelShape):
         return model
     if model.endswith(".gguf"):
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         return load_gguf(model)
     if model.endswith(".json"):
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         return load_hf_config(model)
     return catalog.get_model(model)
@@ -165,7 +165,7 @@ def runs(experiment: str, *, tracking_uri: str | None = None, role: str | None =
     ``metrics.*`` and ``tags.*`` columns, as MLflow names them. ``role=None``: probes and parents too."""
     import pandas as pd
 
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     rows = load_runs(experiment, tracking_uri, role=role)
     records = [{"run_id": r.run_id, "arm": r.arm, "run_name": r.run_name, "status": r.status,
@@ -178,7 +178,7 @@ def runs(experiment: str, *, tracking_uri: str | None = None, role: str | None =
 def preflight(study: str | Path, *, gpu: str | None = None) -> PreflightReport:
     """``quantrack preflight --study FILE`` as the typed ``PreflightReport`` (``.verdict``, ``.results`` per
     GPU x arm with rule verdicts, derived capacity and the launch command; ``.to_dict()``)."""
-    from quantrack.preflight import request_from_study, run_preflight
+    from quantrack.hardware.preflight import request_from_study, run_preflight
 
     return run_preflight(request_from_study(str(study), gpu=gpu))
 

@@ -23,7 +23,7 @@ GGUF_ONLY_TYPES = tuple(t for t in GGUF_TYPES if t not in HF_WEIGHT_FORMATS)
 # KV-cache types llama-server takes for --cache-type-k / --cache-type-v (llama.cpp common/arg.cpp kv_cache_types)
 GGUF_KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
-# Weight formats quantrack models. Bytes per parameter are owned by quantrack.capacity.
+# Weight formats quantrack models. Bytes per parameter are owned by quantrack.hardware.capacity.
 WEIGHT_FORMATS = HF_WEIGHT_FORMATS + GGUF_ONLY_TYPES
 # KV-cache dtypes quantrack models ("auto" = the model's activation dtype).
 KV_DTYPES = (

@@ -16,7 +16,7 @@ JSON stays JSON: a quoted value is replaced inside the same quotes (``"HF_TOKEN"
 :class:`RedactingStream` wraps ``sys.stdout``/``sys.stderr`` (the CLI installs it) so nothing printed by
 quantrack, or by a library it calls (MLflow's "View run at" line), carries a known secret.
 
-``quantrack.tracking`` applies these before anything reaches a store or the spool.
+``quantrack.store.tracking`` applies these before anything reaches a store or the spool.
 """
 
 from __future__ import annotations

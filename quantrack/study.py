@@ -321,7 +321,7 @@ def local_model_path(value: str | None, folder: Path | None, is_file: bool = Fal
     (``qwen2.5-coder-0.5b:Q8_0``) and absolute paths stay as written."""
     if not value or folder is None:
         return value
-    from quantrack.models_ref import parse_file_ref, parse_ref
+    from quantrack.models.ref import parse_file_ref, parse_ref
 
     if parse_ref(value) is not None:
         return value
@@ -336,7 +336,7 @@ def local_model_path(value: str | None, folder: Path | None, is_file: bool = Fal
 
 def _check_model_refs(model: ModelSpec, arms: list[Arm]) -> None:
     """Model references quantrack cannot provision are refused when the study is read (nothing is fetched)."""
-    from quantrack.models_ref import check_model_value
+    from quantrack.models.ref import check_model_value
 
     for where, value in (("[model] path", model.path), ("[model] gguf", model.gguf),
                          *((f"[[arms]] {a.name!r} model", a.model) for a in arms)):
@@ -414,7 +414,7 @@ def reference_markdown() -> str:
 
 def _models_markdown() -> list[str]:
     """The model references and how to use your own GGUF (from quantrack/data/models.toml and models_ref)."""
-    from quantrack.models_ref import MAKEABLE, references_markdown
+    from quantrack.models.ref import MAKEABLE, references_markdown
 
     return [
         "## Model references and your own GGUF", "",

@@ -42,7 +42,7 @@ class Repo:
 
 def shape_only_header(tensors: dict[str, tuple[str, list[int]]]) -> SparseFile:
     """A safetensors file whose header lists ``tensors`` (name -> (dtype, shape)) with consistent offsets."""
-    from quantrack.hfconfig import SAFETENSORS_DTYPE_BYTES
+    from quantrack.models.hfconfig import SAFETENSORS_DTYPE_BYTES
 
     meta: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 
-from quantrack.tracking import RunRecord, Tracker
+from quantrack.store.records import RunRecord
+from quantrack.store.tracking import Tracker
 
 EXPERIMENT = "report-constructed"
 N_Q = 1319

@@ -19,7 +19,7 @@ def catalog() -> None:
 @click.option("--sources", is_flag=True, help="Add the source column.")
 def gpus_cmd(fmt: str, sources: bool) -> None:
     """GPUs: vendor, arch, compute capability / gfx, memory per device, bandwidth, aliases."""
-    from quantrack import catalog as cat
+    from quantrack.hardware import catalog as cat
     from quantrack.render import render
 
     rows: list[dict[str, Any]] = [g.to_dict() for g in cat.gpus()]
@@ -37,7 +37,7 @@ def gpus_cmd(fmt: str, sources: bool) -> None:
 @click.option("--sources", is_flag=True, help="Add the source column.")
 def models_cmd(fmt: str, sources: bool) -> None:
     """Models: params, layers, KV heads, head dim, hidden, vocab, tied embeddings, max context."""
-    from quantrack import catalog as cat
+    from quantrack.hardware import catalog as cat
     from quantrack.render import render
 
     rows: list[dict[str, Any]] = [m.to_dict() for m in cat.models()]

@@ -30,7 +30,7 @@ def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None,
     table per GPU, each against that GPU's baseline."""
     from quantrack.errors import BadInput
     from quantrack.report.compare import compare_by_gpu, render_many
-    from quantrack.tracking import set_request_timeout
+    from quantrack.store.uri import set_request_timeout
 
     set_request_timeout(timeout)
 

@@ -109,7 +109,7 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
         raise unknown("task", task, TASKS)
     if not base_url:
         raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
-    from quantrack.tracking import check_writable
+    from quantrack.store.files import check_writable
 
     check_writable(output, "--output")
     result = run_gsm8k(base_url, num_questions=num_questions, num_shots=num_shots, max_tokens=max_tokens,
@@ -171,7 +171,7 @@ def import_cmd(file: str, fmt: str, lm_eval_filter: str, task_name: str | None, 
     result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter,
                                     task_name=task_name)
     if out:
-        from quantrack.tracking import atomic_write_text
+        from quantrack.store.files import atomic_write_text
 
         atomic_write_text(out, result_json(result, records), flag="--out")
     if as_json:

@@ -34,7 +34,7 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
     """
     from quantrack.accuracy.kl import run_kl
     from quantrack.accuracy.texts import load_texts
-    from quantrack.tracking import check_writable
+    from quantrack.store.files import check_writable
 
     check_writable(out, "--out")
     texts = load_texts(texts_path) if texts_path else None
@@ -46,7 +46,7 @@ def kl(baseline: str, candidate: str, engine: str, texts_path: str | None, token
         click.echo("", err=True)
     data = result.to_dict()
     if out:
-        from quantrack.tracking import atomic_write_text
+        from quantrack.store.files import atomic_write_text
 
         atomic_write_text(out, json.dumps(data, indent=1), flag="--out")
     if fmt == "json":

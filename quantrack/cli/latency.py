@@ -83,7 +83,7 @@ def latency(
         raise BadInput(f"unexpected argument {str(files[0])!r} (files are read only with --merge)")
     if not engine or not base_url:
         raise BadInput("--engine and --base-url are required (or use --merge FILES)")
-    from quantrack.tracking import check_writable
+    from quantrack.store.files import check_writable
 
     check_writable(save, "--save")  # before measuring: a result is never lost to a typo in the path
 
@@ -124,7 +124,7 @@ def latency(
 
 def _save(path: Path, obj: dict[str, Any]) -> None:
     """Whole or not at all (a full disk leaves no 0-byte row): temp file + rename, one line naming the path."""
-    from quantrack.tracking import atomic_write_text
+    from quantrack.store.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(obj, indent=2) + "\n", flag="--save")
 

@@ -27,8 +27,8 @@ def log(study_file: str, arm: str, latency: str | None, eval_path: str | None, s
     from pathlib import Path
 
     from quantrack.run.imported import LogInputs, log_results
+    from quantrack.store.uri import resolve_uri
     from quantrack.study import load_study
-    from quantrack.tracking import resolve_uri
 
     if tracking_uri and not tracking_uri.startswith("sqlite:///"):
         resolve_uri(tracking_uri)  # refused before anything is read or logged

@@ -66,8 +66,8 @@ _SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim")
 
 def _shape(opts: dict[str, Any]) -> Any:
     """The model from the shared model options (cli/options.py), resolved as ``plan`` does."""
-    from quantrack import catalog
     from quantrack.errors import BadInput
+    from quantrack.hardware import catalog
 
     shapes = [k for k in _SHAPE_FLAGS if opts.get(k) is not None]
     sources = [f for f in ("model", "config", "gguf") if opts.get(f)] + (["params ..."] if shapes else [])
@@ -77,15 +77,15 @@ def _shape(opts: dict[str, Any]) -> Any:
         raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/"
                        "--head-dim")
     if opts.get("model"):
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         return resolve_model(opts["model"])  # a catalog name, or ORG/NAME[@REV] from the Hub
     if opts.get("config"):
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         return load_hf_config(opts["config"])
     if opts.get("gguf"):
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         return load_gguf(opts["gguf"])
     missing = [k for k in _SHAPE_FLAGS if opts.get(k) is None]

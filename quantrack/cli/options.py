@@ -24,7 +24,7 @@ _MODEL_OPTIONS = (
 def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The ways to name a model for capacity arithmetic: catalog or Hub id, config.json, GGUF, or explicit shapes.
 
-    A command resolves ``--model`` with ``quantrack.hub.resolve_model`` (catalog name -> catalog shape, no network;
+    A command resolves ``--model`` with ``quantrack.models.hub.resolve_model`` (catalog name -> catalog shape, no network;
     ORG/NAME[@REV] -> the Hub checkpoint).
     """
     for opt in reversed(_MODEL_OPTIONS):

@@ -42,8 +42,8 @@ def _positive_float(name: str, value: str | None) -> float | None:
 
 def build_request(opts: dict[str, Any]) -> Any:
     """Turn the command's options into one validated capacity.PlanRequest (BadInput on any conflict)."""
-    from quantrack import capacity, catalog, units
     from quantrack.arms import default_arms, parse_arm_spec, with_baseline
+    from quantrack.hardware import capacity, catalog, units
 
     given_shape = [k for k in _SHAPE_FLAGS + ("hidden_size", "vocab_size") if opts.get(k) is not None]
     sources = [f for f in ("model", "config", "gguf") if opts.get(f)] + (["params ..."] if given_shape else [])
@@ -52,15 +52,15 @@ def build_request(opts: dict[str, Any]) -> Any:
     if not sources:
         raise BadInput("no model: give --model NAME, --config FILE, --gguf FILE or --params/--layers/--kv-heads/--head-dim")
     if opts.get("model"):
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         shape = resolve_model(opts["model"])
     elif opts.get("config"):
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         shape = load_hf_config(opts["config"])
     elif opts.get("gguf"):
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         shape = load_gguf(opts["gguf"])
     else:
@@ -166,7 +166,7 @@ def render_rows(req: Any, rows: list[Any], fmt: str) -> str:
         for d in table:
             d.pop("notes")
     out = render(table, "md" if fmt == "md" else "table", title=req.title() + _profile_note(req))
-    from quantrack.capacity import layout_notes
+    from quantrack.hardware.capacity import layout_notes
 
     lines = [f"note: {n}" for n in layout_notes(req.shape)]
     if req.tp > 1 and rows:
@@ -213,7 +213,7 @@ def _profile_note(req: Any) -> str:
               show_default=True)
 def plan(**opts: Any) -> None:
     """Derived capacity per arm: weights, KV budget, KV tokens, concurrency (not measured)."""
-    from quantrack.capacity import run_plan
+    from quantrack.hardware.capacity import run_plan
 
     req = build_request(opts)
     click.echo(render_rows(req, run_plan(req), opts["fmt"]))

@@ -30,22 +30,22 @@ def _number(flag: str, value: str, integer: bool) -> float:
 
 def model_from_options(opts: dict[str, Any]) -> Any:
     """A ModelShape from --model / --config / --gguf / --params..., or None when none is given."""
-    from quantrack import catalog
+    from quantrack.hardware import catalog
 
     shape_given = [k for k in _SHAPE_FLAGS if opts.get(k) is not None]
     sources = [f"--{f}" for f in ("model", "config", "gguf") if opts.get(f)] + (["--params ..."] if shape_given else [])
     if len(sources) > 1:
         raise BadInput(f"give one model source, not {' and '.join(sources)}")
     if opts.get("model"):
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         return resolve_model(opts["model"])
     if opts.get("config"):
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         return load_hf_config(opts["config"])
     if opts.get("gguf"):
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         return load_gguf(opts["gguf"])
     if shape_given:
@@ -63,7 +63,7 @@ def model_from_options(opts: dict[str, Any]) -> Any:
 def build_request(opts: dict[str, Any]) -> Any:
     """One validated PreflightRequest from the options (BadInput on conflicts)."""
     from quantrack.arms import parse_arm_spec, with_baseline
-    from quantrack.preflight import PreflightRequest, request_from_study, resolve_gpus
+    from quantrack.hardware.preflight import PreflightRequest, request_from_study, resolve_gpus
 
     if opts["study"] and opts["arm"]:
         raise BadInput("give --arm or --study, not both (a study file lists its own [[arms]])")
@@ -102,7 +102,7 @@ def gpu_line(g: dict[str, Any]) -> str:
 def render_report(report: Any, fmt: str, strict: bool) -> str:
     import json
 
-    from quantrack.preflight import summary_rows
+    from quantrack.hardware.preflight import summary_rows
     from quantrack.render import render
 
     if fmt == "json":
@@ -168,7 +168,7 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
 def preflight(ctx: click.Context, **opts: Any) -> None:
     """Verdict (allow/warn/reject) per GPU x arm with rule ids and sources, derived capacity and
     the launch command. Exit 0 = nothing rejected, 3 = something rejected (--strict: or warned)."""
-    from quantrack.preflight import run_preflight
+    from quantrack.hardware.preflight import run_preflight
 
     req = build_request(opts)
     report = run_preflight(req)

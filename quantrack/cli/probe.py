@@ -29,8 +29,8 @@ def probe(model_name: str, batch: str, repeats: int, warmup: int, graphs: bool, 
     GEMM runs and the layer stack is >= 1.05x faster than bf16 at some batch size, else "none". Needs
     `pip install 'quantrack[probe]'` and an NVIDIA GPU; without CUDA it says so and exits 2.
     """
-    from quantrack import catalog
-    from quantrack.probe import parse_batches, run_probe
+    from quantrack.hardware import catalog
+    from quantrack.hardware.probe import parse_batches, run_probe
 
     shape = catalog.get_model(model_name)
     batches = parse_batches(batch)
@@ -38,11 +38,11 @@ def probe(model_name: str, batch: str, repeats: int, warmup: int, graphs: bool, 
                        progress=lambda s: click.echo(s, err=True))
     data = result.to_dict()
     if out:
-        from quantrack.tracking import atomic_write_text
+        from quantrack.store.files import atomic_write_text
 
         atomic_write_text(out, json.dumps(data, indent=1), flag="--out")
     if track:
-        from quantrack.tracking import log_node_fact
+        from quantrack.store.tracking import log_node_fact
 
         run_id = log_node_fact("probe", data, tracking_uri=tracking_uri)
         click.echo(f"logged probe as MLflow run {run_id}", err=True)

@@ -61,7 +61,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
         raise BadInput(f"--out {str(target)!r} is a directory: give a file name")
     if not target.parent.is_dir():
         raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
-    from quantrack.tracking import resolve_uri
+    from quantrack.store.uri import resolve_uri
 
     uri = resolve_uri(tracking_uri)
     rep = decision_report(experiment, flags, uri=uri, study=study_file, baseline=baseline, gpu=gpu)
@@ -84,7 +84,7 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
 
 def _log_target(value: str, experiment: str, uri: str) -> str:
     from quantrack.errors import BadInput
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     if value != PARENT:
         runs = {r.run_id for r in load_runs(experiment, uri, role=None)}

@@ -16,8 +16,8 @@ def list_rules(fmt: str) -> None:
     """Every rule: id, verdict and a short message."""
     import json
 
+    from quantrack.hardware.rulebook import load_rules
     from quantrack.render import render
-    from quantrack.rulebook import load_rules
 
     found = load_rules()
     if fmt == "json":
@@ -36,7 +36,7 @@ def _short(text: str, width: int = 90) -> str:
 @click.argument("rule_id")
 def explain(rule_id: str) -> None:
     """The full rule: message, when it matches, fix, the log lines to expect and its source."""
-    from quantrack.rulebook import get_rule
+    from quantrack.hardware.rulebook import get_rule
 
     r = get_rule(rule_id)
     click.echo(f"{r.id} [{r.verdict}]  ({r.file})")
@@ -61,8 +61,8 @@ def explain(rule_id: str) -> None:
 def check(directory: str | None) -> None:
     """Validate every rule file (unknown keys, bad ranges, bad verdicts, duplicate ids)."""
     from quantrack.errors import BadInput
+    from quantrack.hardware.rulebook import check_rules, load_rules, rule_files
     from quantrack.resources import rules_dir
-    from quantrack.rulebook import check_rules, load_rules, rule_files
 
     where = directory or str(rules_dir())
     problems = check_rules(where)

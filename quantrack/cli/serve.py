@@ -85,7 +85,7 @@ def _resolved_for_arm(study, arm_name: str):  # type: ignore[no-untyped-def]
     to refuse. Provisioning progress goes to stderr, so --dry-run's stdout stays the command."""
     from dataclasses import replace
 
-    from quantrack.models_ref import is_ref, resolve
+    from quantrack.models.ref import is_ref, resolve
 
     arm = next((a for a in study.arms if a.name == arm_name), None)
     if arm is None:

@@ -159,7 +159,7 @@ def sweep(
     data = result.to_dict()
     click.echo(_render_sweep(data))
     if save:
-        from quantrack.tracking import atomic_write_text
+        from quantrack.store.files import atomic_write_text
 
         atomic_write_text(save, json.dumps(data, indent=2) + "\n", flag="--save")
         click.echo(f"saved {save}" + (" (interrupted: partial)" if result.interrupted else ""))

@@ -11,7 +11,7 @@ import click
 def sync(tracking_uri: str | None) -> None:
     """Upload every spooled run (params, metrics with steps, tags, status, artifacts). Idempotent:
     a run already on the server (same quantrack.run_uuid) is skipped. Exit code 1 if any run is left."""
-    from quantrack.tracking import spool_dir, sync_spool
+    from quantrack.store.tracking import spool_dir, sync_spool
 
     res = sync_spool(tracking_uri, progress=lambda m: click.echo(f"quantrack: {m}", err=True))
     for run_uuid, reason in res.failed:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from quantrack.arms import Arm
 
 if TYPE_CHECKING:
-    from quantrack.capacity import CapacitySettings, EnginePrediction
-    from quantrack.catalog import ModelShape
     from quantrack.engines.logparse import FileSource, RuleSpec
+    from quantrack.hardware.capacity import CapacitySettings, EnginePrediction
+    from quantrack.hardware.catalog import ModelShape
 
 
 @dataclass
@@ -274,7 +274,7 @@ class EngineAdapter(ABC):
 
         return parse_arm_spec(spec)
 
-    # -- capacity (quantrack.capacity: the arithmetic; the adapter picks its engine's reservation model) ------
+    # -- capacity (quantrack.hardware.capacity: the arithmetic; the adapter picks its engine's reservation model) ------
     def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
                          settings: CapacitySettings) -> EnginePrediction:
         """The KV capacity this engine is predicted to log for one arm (derived); ``kv`` is the arm's KV dtype

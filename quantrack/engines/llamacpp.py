@@ -40,8 +40,8 @@ from quantrack.engines.logparse import (
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
-    from quantrack.capacity import CapacitySettings, EnginePrediction
-    from quantrack.catalog import ModelShape
+    from quantrack.hardware.capacity import CapacitySettings, EnginePrediction
+    from quantrack.hardware.catalog import ModelShape
 
 # -ctk/-ctv spellings come from the rulebook (rules/methods.toml, llama.cpp@0c1e57098:common/arg.cpp:L304-L323).
 GPU_ONLY_WEIGHTS = {"fp8", "int8", "w4a16", "nvfp4"}
@@ -543,8 +543,8 @@ class LlamacppAdapter(EngineAdapter):
 
     def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
                          settings: CapacitySettings) -> EnginePrediction:
-        """The whole context's KV cells, allocated at start (quantrack.capacity.predict_llamacpp)."""
-        from quantrack.capacity import predict_llamacpp
+        """The whole context's KV cells, allocated at start (quantrack.hardware.capacity.predict_llamacpp)."""
+        from quantrack.hardware.capacity import predict_llamacpp
 
         return predict_llamacpp(self.kind, shape, arm, kv, settings)
 

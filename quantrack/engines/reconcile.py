@@ -1,5 +1,5 @@
 """What a startup log establishes, and the capacity reconciliation: the engine-aware prediction
-(quantrack.capacity) beside the log's figures, per rank and in total (``quantrack logs reconcile``).
+(quantrack.hardware.capacity) beside the log's figures, per rank and in total (``quantrack logs reconcile``).
 
 The arm comes from the engine's adapter (``EngineAdapter.establish_arm``); the parallel layout from the sizes the
 log states or the ranks in its process prefixes; the rows from the adapter's capacity facts (a GPU memory share
@@ -168,11 +168,11 @@ def _layout(report: LogReport, adapter: EngineAdapter, flags: dict[str, int | No
 
 def _device(report: LogReport, catalog_gpu: Any, vram: str | float | None) -> tuple[Any, str]:
     """A GPU engine's device memory and where it came from: ``vram``, the log's total, the catalog GPU."""
-    from quantrack.capacity import GiB
+    from quantrack.hardware.capacity import GiB
 
     logged_total = report.extra.get("total_gpu_memory_gib")
     if vram is not None:
-        from quantrack.units import parse_memory
+        from quantrack.hardware.units import parse_memory
 
         device = float(parse_memory(vram, what="--vram"))
         return device, f"{device / GiB:.2f} GiB (--vram {vram})"
@@ -198,7 +198,7 @@ def _times(v: Any, n: int) -> Any:
 def _slot_rows(report: LogReport, shape: Any, arm: Arm, slots: int | None, context_len: int | None,
                ctx: Any) -> tuple[list[ReconcileRow], dict[str, Any], dict[str, int], dict[str, str], Any]:
     """An engine whose KV cache is split into slots (llama.cpp -np): all slots together, and the weights."""
-    from quantrack.capacity import GiB, predict_engine
+    from quantrack.hardware.capacity import GiB, predict_engine
 
     assert report.engine is not None
     n_slots = slots or report.extra.get("n_slots") or report.extra.get("kv_streams") or 1
@@ -243,7 +243,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
               pp: int | None = None, dp: int | None = None, arm: Any = None,
               vram: str | float | None = None, max_num_batched_tokens: int | None = None,
               max_num_seqs: int | None = None, slots: int | None = None) -> Reconciliation:
-    """The engine-aware plan prediction (quantrack.capacity.predict_for_arm) beside what the log reports.
+    """The engine-aware plan prediction (quantrack.hardware.capacity.predict_for_arm) beside what the log reports.
 
     ``model``: a catalog name, a Hub ORG/NAME[@REV], or a ModelShape (``--config`` / ``--gguf`` / ``--params``,
     resolved by the CLI).
@@ -253,9 +253,9 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     (flag and log disagreeing is BadInput); pipeline parallelism and layouts the model does not cover are refused.
     Device memory, first found: ``vram``; the total the log reports (vLLM V0's ``total_gpu_memory``); ``gpu``.
     """
-    from quantrack.capacity import GiB, predict_for_arm
-    from quantrack.catalog import get_gpu
-    from quantrack.hub import resolve_model
+    from quantrack.hardware.capacity import GiB, predict_for_arm
+    from quantrack.hardware.catalog import get_gpu
+    from quantrack.models.hub import resolve_model
 
     for name, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs),
                         ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--slots", slots)):

@@ -41,8 +41,8 @@ from quantrack.engines.vllm import GGUF_TYPES, hf_arm, rulebook_flags
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
-    from quantrack.capacity import CapacitySettings, EnginePrediction
-    from quantrack.catalog import ModelShape
+    from quantrack.hardware.capacity import CapacitySettings, EnginePrediction
+    from quantrack.hardware.catalog import ModelShape
 
 
 # --- arm -> flags (spellings from the rulebook: rules/methods.toml; see vllm.py) -----------------------------------
@@ -423,8 +423,8 @@ class SglangAdapter(EngineAdapter):
 
     def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
                          settings: CapacitySettings) -> EnginePrediction:
-        """SGLang's mem_fraction_static pool (quantrack.capacity.predict_sglang)."""
-        from quantrack.capacity import predict_sglang, share_basis
+        """SGLang's mem_fraction_static pool (quantrack.hardware.capacity.predict_sglang)."""
+        from quantrack.hardware.capacity import predict_sglang, share_basis
 
         basis = share_basis(shape, gpu_memory_bytes, arm, kv, settings)
         return predict_sglang(self.kind, shape, arm, kv, gpu_memory_bytes, settings, basis)

@@ -41,18 +41,18 @@ from quantrack.engines.logparse import (
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
-    from quantrack.capacity import CapacitySettings, EnginePrediction
-    from quantrack.catalog import ModelShape
+    from quantrack.hardware.capacity import CapacitySettings, EnginePrediction
+    from quantrack.hardware.catalog import ModelShape
 
 # --- arm -> flags -------------------------------------------------------------------------------
-# Flag spellings per engine live in the rulebook (rules/methods.toml, quantrack.rulebook.engine_flags), each with
+# Flag spellings per engine live in the rulebook (rules/methods.toml, quantrack.hardware.rulebook.engine_flags), each with
 # its source; the adapters do not keep a second table.
 GGUF_TYPES = frozenset(GGUF_ONLY_TYPES)  # an arm with these weights is a GGUF file (quantrack.arms: the one table)
 
 
 def rulebook_flags(engine: str, arm: Arm) -> list[str]:
     """The arm's engine flags from the rulebook, as an argv fragment."""
-    from quantrack.rulebook import engine_flags
+    from quantrack.hardware.rulebook import engine_flags
 
     return [part for item in engine_flags(engine, arm).items() for part in item]
 
@@ -686,8 +686,8 @@ class VllmAdapter(EngineAdapter):
 
     def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
                          settings: CapacitySettings) -> EnginePrediction:
-        """vLLM V1's profile-run budget (quantrack.capacity.predict_vllm)."""
-        from quantrack.capacity import predict_vllm, share_basis
+        """vLLM V1's profile-run budget (quantrack.hardware.capacity.predict_vllm)."""
+        from quantrack.hardware.capacity import predict_vllm, share_basis
 
         basis = share_basis(shape, gpu_memory_bytes, arm, kv, settings)
         return predict_vllm(self.kind, shape, arm, kv, gpu_memory_bytes, settings, basis)

@@ -56,8 +56,8 @@ def parse_fleet(study: Study) -> FleetSpec:
 
 def resource_name(spec: FleetSpec, gpu: str) -> str:
     """The Ray resource a node must hold to run ``gpu``'s arms (placeholders filled)."""
-    from quantrack.catalog import get_gpu
     from quantrack.fleet.skypilot import ray_accelerator_type, skypilot_accelerator
+    from quantrack.hardware.catalog import get_gpu
 
     entry = get_gpu(gpu)
     needs_sky = "{sky}" in spec.resource

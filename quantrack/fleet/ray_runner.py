@@ -113,7 +113,7 @@ def study_on_node(job: FleetJob, spec: FleetSpec, study: Study, ray_node_id: str
     name = spec.gpu_override or job.gpu or (study.gpu.name if study.gpu.name != "auto" else None)
     if not name:
         raise BadInput("no NVIDIA GPU on this node and no GPU to assume: set [fleet] gpu_override or [fleet] gpus")
-    from quantrack.catalog import get_gpu
+    from quantrack.hardware.catalog import get_gpu
 
     facts["gpu_source"] = GPU_FROM_CATALOG
     return replace(study, gpu=replace(study.gpu, name=get_gpu(name).name)), facts
@@ -124,7 +124,7 @@ def run_and_log_arm(study: Study, arm: Arm, node: dict[str, Any], ctx: ArmContex
     from quantrack.run.orchestrate import run_arm
     from quantrack.run.outcome import ArmOutcome, RunOptions
     from quantrack.run.record import record_for_arm
-    from quantrack.tracking import Tracker
+    from quantrack.store.tracking import Tracker
 
     out = ArmOutcome(arm=arm, node=dict(node))
     tracker = Tracker(ctx.tracking_uri, ctx.experiment, progress=ctx.progress)
@@ -210,7 +210,7 @@ def _child_main(job_path: str, result_path: str) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the driver as this arm's failure, one line
         result.update(status="FAILED", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     from quantrack.redact import redact_text
-    from quantrack.tracking import atomic_write_text
+    from quantrack.store.files import atomic_write_text
 
     atomic_write_text(result_path, redact_text(json.dumps(result)), mode=0o600)
     return 0
@@ -321,7 +321,7 @@ def _import_ray() -> Any:
 
 
 def _check_tracking(uri: str, ray: Any) -> None:
-    from quantrack.tracking import is_remote
+    from quantrack.store.uri import is_remote
 
     ips = {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
     if not is_remote(uri) and len(ips) > 1:
@@ -360,7 +360,8 @@ def run_study_on_ray(
     """
     from quantrack.run.record import study_record
     from quantrack.run.steps import local_node
-    from quantrack.tracking import Tracker, resolve_uri
+    from quantrack.store.tracking import Tracker
+    from quantrack.store.uri import resolve_uri
 
     spec = parse_fleet(study)
     retries = spec.max_retries if max_retries is None else max_retries

@@ -35,8 +35,8 @@ from quantrack.redact import (
     redact_argv,
     redact_text,
 )
+from quantrack.store.files import atomic_write_text
 from quantrack.study import Study
-from quantrack.tracking import atomic_write_text
 
 # SkyPilot's accelerator names: skypilot-org/skypilot-catalog@03d79776:catalogs/v7/common/accelerators.csv
 # (the file `sky` reads as common/accelerators.csv to canonicalize names). GPUs only.
@@ -64,7 +64,7 @@ def _norm(s: str) -> str:
 
 def skypilot_accelerator(gpu: str) -> str:
     """SkyPilot's name for a quantrack catalog GPU (unknown GPU: the catalog's did-you-mean error)."""
-    from quantrack.catalog import get_gpu
+    from quantrack.hardware.catalog import get_gpu
 
     entry = get_gpu(gpu)
     names = [entry.name, *entry.aliases, gpu]
@@ -88,7 +88,7 @@ def ray_accelerator_type(gpu: str) -> str:
     and 80 GB A100s share one label: use a custom resource (``[fleet] resource``) to tell them apart.
     Ray's rule is applied to the catalog's NVML-style alias when Ray is installed.
     """
-    from quantrack.catalog import get_gpu
+    from quantrack.hardware.catalog import get_gpu
 
     entry = get_gpu(gpu)
     nvml = next((a for a in entry.aliases if a.startswith(("NVIDIA ", "Tesla "))), None)
@@ -146,8 +146,8 @@ def _slug(s: str) -> str:
 
 def export_skypilot(study: Study, out_dir: str | Path) -> list[ExportedTask]:
     """Write one SkyPilot task YAML (+ narrowed study file) per GPU type into ``out_dir``."""
-    from quantrack.catalog import get_gpu
     from quantrack.fleet.spec import fleet_spec
+    from quantrack.hardware.catalog import get_gpu
 
     if not study.source or not Path(study.source).is_file():
         raise BadInput("export needs a study read from a file (load_study)")

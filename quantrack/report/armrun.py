@@ -34,7 +34,7 @@ from quantrack.run.schema import (
 )
 
 if TYPE_CHECKING:
-    from quantrack.tracking import RunRow
+    from quantrack.store.records import RunRow
 
 DEFAULT_BASELINE = "bf16"  # the arm taken as the baseline when none is named or tagged
 OUTCOME_SYMBOLS = frozenset("01.")  # Tag.GSM8K_CORRECT: '1' right, '0' wrong, '.' not answered
@@ -378,7 +378,7 @@ def arm_cost(r: ArmRun, output_tps: float | None, prices: PriceTable) -> Cost | 
     """The cost at a measured throughput, under the first of the run's GPU names that has a price; None when
     nothing was measured or no price is known."""
     from quantrack.errors import NotFound
-    from quantrack.pricing import cost_per_million_tokens
+    from quantrack.hardware.pricing import cost_per_million_tokens
 
     if output_tps is None or not output_tps > 0:
         return None
@@ -422,7 +422,7 @@ def probe_fact(r: RunRow) -> ProbeFact | None:
 
 if TYPE_CHECKING:
     from quantrack.accuracy.stats import PairedComparison
-    from quantrack.pricing import PriceTable
+    from quantrack.hardware.pricing import PriceTable
 
 __all__ = ["Accuracy", "ArmRun", "ArmSet", "Configuration", "Contention", "Cost", "Fallback", "PairedTest",
            "ProbeFact", "SweepLevel", "arm_cost", "arm_run", "arm_set", "as_arm_runs", "by_gpu", "choose_baseline", "paired_test",

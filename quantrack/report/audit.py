@@ -36,7 +36,7 @@ from quantrack.run.schema import FallbackState, Role, RunStatus
 
 if TYPE_CHECKING:
     from quantrack.engines.base import LogReport
-    from quantrack.tracking import RunRow
+    from quantrack.store.records import RunRow
 
 FORMATS = ("table", "json")
 EXIT_FALLBACK = 4
@@ -282,7 +282,7 @@ def build_audit(runs: Iterable[RunRow | ArmRun] = (), log_dirs: Iterable[Path] =
 def load_node_facts(uri: str | None) -> list[RunRow]:
     """The node-fact runs of the store, or none when it has no such experiment."""
     from quantrack.errors import NotFound
-    from quantrack.tracking import NODE_FACTS_EXPERIMENT, load_runs
+    from quantrack.store.tracking import NODE_FACTS_EXPERIMENT, load_runs
 
     try:
         return load_runs(NODE_FACTS_EXPERIMENT, uri, role=Role.NODE_FACT)
@@ -298,7 +298,7 @@ def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (), 
     runs: list[RunRow] = []
     facts: list[RunRow] = []
     if exps:
-        from quantrack.tracking import load_runs
+        from quantrack.store.tracking import load_runs
 
         for e in exps:
             runs += load_runs(e, uri)

@@ -4,7 +4,7 @@ One row per arm (its newest finished run; a failed or rejected arm shows its new
 a footnote counts the runs of the same arm that were skipped, e.g. a Ray retry's KILLED partial run):
 Configuration, Weights (GiB), Capacity (tok), Batch-1 TPOT, GSM8K, Δ vs <baseline>, plus predicted vs
 reported capacity, the KV cache in MiB (llama.cpp's buffer), the derived cost per 1M output tokens at
-the arm's highest measured sweep concurrency (quantrack.pricing), the paired test for Δ (exact McNemar
+the arm's highest measured sweep concurrency (quantrack.hardware.pricing), the paired test for Δ (exact McNemar
 from per-question records), the fallback column, and top-1 agreement / KL. Any cell whose metric was not
 logged reads ``FILL IN`` (cost: ``—``): nothing is ever filled from elsewhere. Which figures are measured
 and which derived is in ``COLUMNS`` and in the footer.
@@ -36,8 +36,8 @@ from quantrack.report.armrun import (
 from quantrack.run.schema import HYGIENE_STEPS, ContentionState, FallbackState, Metric, RunStatus, Tag
 
 if TYPE_CHECKING:
-    from quantrack.pricing import PriceTable
-    from quantrack.tracking import RunRow
+    from quantrack.hardware.pricing import PriceTable
+    from quantrack.store.records import RunRow
 
 FILL = "FILL IN"
 BASELINE_CELL = "— (baseline)"
@@ -55,7 +55,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("configuration", "Configuration", "run params: weights / KV-cache dtype"),
     ("weights_gib", "Weights (GiB)", "measured: engine startup log"),
     ("capacity_tok", "Capacity (tok)", "measured: engine startup log (KV-cache tokens)"),
-    ("predicted_tok", "Predicted (tok)", "derived: quantrack.capacity"),
+    ("predicted_tok", "Predicted (tok)", "derived: quantrack.hardware.capacity"),
     ("capacity_error", "Cap. error", "derived: (reported - predicted) / predicted"),
     ("kv_mib", "KV (MiB)", "measured: engine startup log (llama.cpp KV buffer, K + V)"),
     ("tpot_ms", "Batch-1 TPOT", "measured: client, median over iterations"),
@@ -115,7 +115,7 @@ def _skipped_note(skipped: dict[str, dict[str, int]], chosen: dict[str, ArmRun])
 
 def cost_for(r: ArmRun, prices: PriceTable) -> tuple[str, int | None, dict[str, Any] | None]:
     """The cost cell at the arm's highest measured sweep concurrency: (cell, N, figures) or ('—', None, None)."""
-    from quantrack.pricing import NOT_PRICED
+    from quantrack.hardware.pricing import NOT_PRICED
 
     tps = r.output_tps
     if not tps:
@@ -130,7 +130,7 @@ def cost_for(r: ArmRun, prices: PriceTable) -> tuple[str, int | None, dict[str, 
 
 
 def _cost_header(ns: set[int]) -> str:
-    from quantrack.pricing import cost_column
+    from quantrack.hardware.pricing import cost_column
 
     if len(ns) == 1:
         return cost_column(next(iter(ns)))
@@ -140,7 +140,7 @@ def _cost_header(ns: set[int]) -> str:
 
 
 def _price_table(prices: PriceTable | str | Path | None) -> PriceTable:
-    from quantrack.pricing import PriceTable, load_prices
+    from quantrack.hardware.pricing import PriceTable, load_prices
 
     return prices if isinstance(prices, PriceTable) else load_prices(prices)
 
@@ -312,7 +312,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
                        "* = Δ's 95% interval excludes 0. FILL IN = not measured.")
     priced = [arm for arm in order if costs[arm][2] is not None]
     if priced:
-        from quantrack.pricing import price_summary
+        from quantrack.hardware.pricing import price_summary
 
         seen: dict[str, str] = {}
         for arm in priced:
@@ -559,7 +559,7 @@ def render(table: CompareTable, fmt: str = "table", wide: bool = False) -> str:
 def compare_experiment(experiment: str, baseline: str | None = None, uri: str | None = None,
                        prices: str | Path | None = None) -> CompareTable:
     """Read the experiment's arm runs (one search) and build the table (``prices``: ``--prices FILE``)."""
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     price_table = _price_table(prices)  # a bad prices file is reported before the store is read
     runs = load_runs(experiment, uri)
@@ -573,7 +573,7 @@ def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None
     """One table per GPU in the experiment (a fleet study runs the same arms on several GPU types: each GPU's
     arms are compared against that GPU's baseline); a single-GPU experiment gives the one usual table.
     ``gpu`` keeps only that GPU's runs (matched case-insensitively against the names the runs logged)."""
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     price_table = _price_table(prices)
     runs = load_runs(experiment, uri)

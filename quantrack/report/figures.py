@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from quantrack.constraints import Constraints
-    from quantrack.report.decision import Section
+    from quantrack.report.recommend import Section
 
 Picture = tuple[str, str, str, bytes]
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

@@ -14,16 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.errors import BadInput
-from quantrack.report.decision import (
-    V_CANNOT,
-    V_CLEAR,
-    V_MISSES,
-    ArmDecision,
-    DecisionReport,
-    Figure,
-    Section,
-    Verdict,
-)
+from quantrack.report.decision import DecisionReport
+from quantrack.report.judge import V_CANNOT, V_CLEAR, V_MISSES, ArmDecision, Verdict
+from quantrack.report.labelled import Figure
+from quantrack.report.recommend import Section
 from quantrack.run.schema import Tag
 
 FORMATS = ("html", "md")
@@ -290,7 +284,7 @@ def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html") -> lis
 
 def log_report(files: list[Path], run_id: str, uri: str | None) -> list[str]:
     """Log the written report files as artifacts ``report/<name>`` of a run; returns the artifact paths."""
-    from quantrack.tracking import log_files_to_run
+    from quantrack.store.tracking import log_files_to_run
 
     mapping = {f"report/{p.name}": p for p in files}
     log_files_to_run(run_id, mapping, uri)
@@ -307,7 +301,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
         build_report,
         constraints_from_spec,
     )
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     parent = result.parent
     if parent is None or parent.run_id is None:

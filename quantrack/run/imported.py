@@ -14,8 +14,9 @@ from quantrack.run.orchestrate import stored_baseline_accuracy
 from quantrack.run.outcome import ArmOutcome, Progress
 from quantrack.run.record import record_for_arm
 from quantrack.run.steps import check_server_log, step_predict
+from quantrack.store.records import Logged, RunRecord
+from quantrack.store.tracking import Tracker
 from quantrack.study import Study
-from quantrack.tracking import Logged, RunRecord, Tracker
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Per arm, as small steps (a missing or failing step fails that arm cleanly, the study goes on):
 
     preflight verdict (rulebook)  -> a rejected arm is logged as rejected (status KILLED), never started
-    predicted capacity            (quantrack.capacity.predict_for_arm; derived)
+    predicted capacity            (quantrack.hardware.capacity.predict_for_arm; derived)
     serve                         (engine adapter launch argv + ManagedServer, log captured) or --base-url
     parse startup log             (adapter.parse_log_file -> LogReport; measured)
     live query                    (adapter.query)
@@ -18,7 +18,7 @@ KL needs the baseline served next to the candidate. The baseline's own server is
 (an idle server would share the cores with the next arm's latency timing); for each candidate a fresh
 baseline server (same file, same KV type, one slot) is started *after* the candidate's latency, sweep and
 eval, scored against, and stopped. Arm ``model`` values may be model references (``smollm2:Q8_0``,
-quantrack.models_ref), resolved to local files, provisioned on first use, before any arm runs.
+quantrack.models.ref), resolved to local files, provisioned on first use, before any arm runs.
 
 The study is a parent run; arms are nested runs in the same experiment. ``record_for_arm`` turns an
 ``ArmOutcome`` into a ``RunRecord`` (pure) and is shared with ``quantrack log``. After the arms, the study
@@ -78,8 +78,9 @@ from quantrack.run.steps import (
     step_serve,
     step_sweep,
 )
+from quantrack.store.records import Logged, RunRecord
+from quantrack.store.tracking import Tracker
 from quantrack.study import Study
-from quantrack.tracking import Logged, RunRecord, Tracker
 
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
@@ -308,7 +309,8 @@ class _Held:
 
     def force(self, signum: int) -> None:
         from quantrack.engines.lifecycle import kill_all
-        from quantrack.tracking import now_ms, spool_record, spool_terminate
+        from quantrack.store.records import now_ms
+        from quantrack.store.tracking import spool_record, spool_terminate
 
         reason = f"forced exit ({signal_name(signum)} while stopping)"
         self.say(f"{signal_name(signum)} again: exiting now; engines killed, what is held goes to the spool "
@@ -429,7 +431,7 @@ def _log_arm(tracker: Tracker, rec: RunRecord) -> Logged:
     try:
         return tracker.log(rec)
     except KeyboardInterrupt:
-        from quantrack.tracking import spool_record
+        from quantrack.store.tracking import spool_record
 
         spool_record(rec, tracker.uri, "interrupted while logging")
         raise
@@ -437,14 +439,14 @@ def _log_arm(tracker: Tracker, rec: RunRecord) -> Logged:
 
 def _resolve_models(study: Study, say: Progress) -> tuple[Study, dict[str, Any]]:
     """Model references (smollm2:Q8_0) -> local files, provisioned on first use."""
-    from quantrack.models_ref import resolve_study
+    from quantrack.models.ref import resolve_study
 
     return resolve_study(study, progress=say)
 
 
 def _load_prices(path: str | None) -> Any:
     """--prices FILE for the closing compare table, read before any arm runs (a bad file is exit 2 now)."""
-    from quantrack.pricing import load_prices
+    from quantrack.hardware.pricing import load_prices
 
     return load_prices(path)
 
@@ -457,7 +459,7 @@ def study_table(result: StudyResult, uri: str, say: Progress, prices: Any = None
             f"`quantrack compare --experiment {result.experiment}`")
         return None
     from quantrack.report.compare import build_table, render
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     try:
         runs = [r for r in load_runs(result.experiment, uri) if r.tags.get(Tag.MLFLOW_PARENT_RUN_ID) == parent.run_id]
@@ -475,7 +477,7 @@ def study_table(result: StudyResult, uri: str, say: Progress, prices: Any = None
 
 def stored_baseline_accuracy(study: Study, tracker: Tracker) -> float | None:
     """The baseline's accuracy from its newest finished run in the store (for a single --arm run)."""
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     try:
         runs = load_runs(tracker.experiment, tracker.uri)

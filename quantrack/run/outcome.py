@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 from quantrack.arms import Arm
 from quantrack.errors import QuantrackError
 from quantrack.run.schema import STATUS_FAILED
+from quantrack.store.records import Logged
 from quantrack.study import Study
-from quantrack.tracking import Logged
 
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
-    from quantrack.capacity import ArmPrediction
     from quantrack.engines.base import LiveFacts, LogReport
+    from quantrack.hardware.capacity import ArmPrediction
+    from quantrack.hardware.rulebook import Verdict
     from quantrack.measure.hygiene import Hygiene
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
-    from quantrack.rulebook import Verdict
 
 Progress = Callable[[str], None]
 
@@ -45,7 +45,7 @@ class ArmOutcome:
     status: str = "RUNNING"
     verdict: str | None = None
     verdicts: list[Verdict] = field(default_factory=list)
-    predicted: ArmPrediction | None = None  # quantrack.capacity.predict_for_arm (derived)
+    predicted: ArmPrediction | None = None  # quantrack.hardware.capacity.predict_for_arm (derived)
     launch_argv: list[str] | None = None
     launch_env: dict[str, str] = field(default_factory=dict)
     server_log: Path | None = None

@@ -16,8 +16,9 @@ from quantrack.redact import redact_argv, redact_env, secret_values
 from quantrack.run import schema
 from quantrack.run.outcome import ArmOutcome
 from quantrack.run.schema import Artifact, Metric, Param, Tag
+from quantrack.store.records import RunRecord
+from quantrack.store.tracking import provenance_tags
 from quantrack.study import Study
-from quantrack.tracking import RunRecord, provenance_tags
 
 if TYPE_CHECKING:
     from quantrack.engines.base import LogReport

@@ -203,7 +203,7 @@ class Tag:
     SLO_SEARCH = "quantrack.sweep_slo_search"  # the criterion the sweep bisected for (tpot_p95<=50ms)
     SLO_SEARCH_MODE = "quantrack.sweep_slo_search_mode"  # concurrency | rate
     SLO_SEARCH_FIRST_MISS = "quantrack.sweep_slo_search_first_miss"  # lowest measured level missing it; "none"
-    # the store's own bookkeeping (quantrack.tracking): idempotent upload, spool, parent link, provenance
+    # the store's own bookkeeping (quantrack.store.tracking): idempotent upload, spool, parent link, provenance
     RUN_UUID = "quantrack.run_uuid"
     COMPLETE = "quantrack.complete"
     PARENT_UUID = "quantrack.parent_uuid"

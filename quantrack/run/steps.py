@@ -20,19 +20,19 @@ from quantrack.study import Study
 if TYPE_CHECKING:
     from quantrack.accuracy.gsm8k import EvalResult
     from quantrack.accuracy.kl import KLResult
-    from quantrack.capacity import ArmPrediction
     from quantrack.engines.base import LiveFacts, LogReport
+    from quantrack.hardware.capacity import ArmPrediction
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
 
 # --- node facts --------------------------------------------------------------------------------------------
 
 def local_node(gpu_index: int = 0) -> dict[str, Any]:
-    """This node: hostname, and from NVML (quantrack.nvml) GPU name, compute capability, driver, CUDA, MIG.
+    """This node: hostname, and from NVML (quantrack.hardware.nvml) GPU name, compute capability, driver, CUDA, MIG.
 
     Without a driver the GPU facts stay unknown (absent), never guessed."""
     facts: dict[str, Any] = {"hostname": socket.gethostname()}
-    from quantrack.nvml import read_gpus
+    from quantrack.hardware.nvml import read_gpus
 
     try:
         gpus = read_gpus()
@@ -74,7 +74,7 @@ def check_server_log(path: Path, engine: str, what: str = "--server-log") -> Non
 # --- steps -------------------------------------------------------------------------------------------------
 
 def _gpu_for(study: Study, node: dict[str, Any]) -> Any:
-    from quantrack.catalog import get_gpu
+    from quantrack.hardware.catalog import get_gpu
 
     name = study.gpu.name
     if name == "auto":
@@ -88,8 +88,8 @@ def step_preflight(study: Study, arm: Arm, node: dict[str, Any]) -> tuple[str, l
     """The rulebook's verdict for this arm on this GPU with this engine, and the context check of
     `quantrack preflight` (preflight.context_verdicts: the model's maximum, the KV capacity or the memory):
     allow | warn | reject. A model whose shape cannot be read gets no context verdict, as in preflight."""
-    from quantrack import rulebook
-    from quantrack.preflight import PreflightRequest, arm_context_verdicts
+    from quantrack.hardware import rulebook
+    from quantrack.hardware.preflight import PreflightRequest, arm_context_verdicts
 
     gpu = _gpu_for(study, node)
     verdicts = rulebook.evaluate(gpu, arm, study.engine.kind, study.engine.version, cuda=study.gpu.cuda,
@@ -110,28 +110,33 @@ def step_preflight(study: Study, arm: Arm, node: dict[str, Any]) -> tuple[str, l
 def _shape_for(study: Study, arm: Arm) -> Any:
     m = study.model
     if m.name:
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         return resolve_model(m.name)
     if m.config:
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         return load_hf_config(m.config)
     gguf = arm.model if arm.model and arm.model.endswith(".gguf") else m.gguf
     if gguf:
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         return load_gguf(gguf)
     raise StepError("[model] needs name, config or gguf for a capacity prediction")
 
 
 def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> ArmPrediction:
-    """Derived capacity for this arm (quantrack.capacity.predict_for_arm).
+    """Derived capacity for this arm (quantrack.hardware.capacity.predict_for_arm).
 
     llama.cpp: the KV cache is pure arithmetic (every cell allocated up front), predicted with the study's
     slots (-np) so cells per stream and streams match what the server prints."""
-    from quantrack.capacity import kv_cache_memory_bytes_in, predict_engine, predict_for_arm, whole_cache_prediction
     from quantrack.engines import get_adapter
+    from quantrack.hardware.capacity import (
+        kv_cache_memory_bytes_in,
+        predict_engine,
+        predict_for_arm,
+        whole_cache_prediction,
+    )
 
     gpu = _gpu_for(study, node)
     shape = _shape_for(study, arm)

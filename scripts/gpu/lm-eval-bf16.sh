@@ -25,7 +25,7 @@ for _ in $(seq 900); do grep -q '^ready: ' "$out/serve.out" 2>/dev/null && break
 url=$(sed -n 's/^ready: \(http[^ ]*\).*/\1/p' "$out/serve.out")
 [ -n "$url" ] || { echo "server not ready after 900 s"; exit 1; }
 model=$(python3 -c "import json,sys,urllib.request; print(json.load(urllib.request.urlopen('$url/v1/models'))['data'][0]['id'])")
-tok=$(py -c "from quantrack.models_ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:hf-bf16'))")
+tok=$(py -c "from quantrack.models.ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:hf-bf16'))")
 include=$(py -c "from pathlib import Path; from tests.lm_eval_task import write_task; print(write_task(Path('$out')))")
 (cd "$out" && PYTHONPATH="/tmp/qt-site:$here" python3 -m lm_eval run --model local-completions \
   --model_args "base_url=$url/v1/completions,model=$model,tokenizer=$tok,tokenized_requests=False,num_concurrent=64,max_retries=3,max_gen_toks=256,timeout=900" \

@@ -4,7 +4,7 @@
 #   node.sh stash PIECE...          copy bundle pieces to /root/stash (one device call per ~60 MB)
 #   node.sh payload                 join /root/stash/payload.p* (one tar of everything below, split to fit the calls)
 #                                   and unpack it into /root/stash: vllm.p*, sglang.p*, whl/, the SmolLM2 GGUF
-#   node.sh hfmodel [NAME]          export NAME:hf-bf16 (default smollm2; quantrack.hfexport) from the carried GGUF
+#   node.sh hfmodel [NAME]          export NAME:hf-bf16 (default smollm2; quantrack.models.hfexport) from the carried GGUF
 #                                   (its file name in quantrack/data/models.toml) into /root/qt-cache
 #   node.sh xhf | xserve            in the background: the bf16 checkpoint through transformers (xhf), or vLLM and
 #                                   SGLang (xserve), on the same token ids (scripts/gpu/xengine.py; /root/xengine)
@@ -36,11 +36,11 @@ case $cmd in
   payload) cat /root/stash/payload.p* | tar -xf - -C /root/stash && rm -f /root/stash/payload.p*; ls -l /root/stash ;;
   hfmodel)
     ref=${1:-smollm2}   # a name of quantrack/data/models.toml; its checkpoint file carried in /root/stash
-    f=$(qtpy -c "from quantrack.models_ref import known_models; print(known_models()['$ref'].file)")
+    f=$(qtpy -c "from quantrack.models.ref import known_models; print(known_models()['$ref'].file)")
     mkdir -p "$QUANTRACK_CACHE"; cp -n "/root/stash/$f" "$QUANTRACK_CACHE"/ 2>/dev/null || true
-    qtpy -c "from quantrack.models_ref import resolve; r = resolve('$ref:hf-bf16', progress=print); print(r.path)" ;;
+    qtpy -c "from quantrack.models.ref import resolve; r = resolve('$ref:hf-bf16', progress=print); print(r.path)" ;;
   xhf|xserve)
-    mkbins; d=/root/xengine; mkdir -p $d; m=$(qtpy -c "from quantrack.models_ref import cached_path; print(cached_path('smollm2:hf-bf16'))")
+    mkbins; d=/root/xengine; mkdir -p $d; m=$(qtpy -c "from quantrack.models.ref import cached_path; print(cached_path('smollm2:hf-bf16'))")
     ids="$here/docs/gpu/xengine-ids.json"; x="$here/scripts/gpu/xengine.py"
     if [ "$cmd" = xhf ]; then
     (setsid nohup bash -c "cd $here; PYTHONPATH=$here python3 $x hf $m $ids $d/transformers-fp32.json > $d/hf.log 2>&1; \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NOT RUN YET (written in a session without a GPU). The node check of the Qwen2 export: transformers on
-# qwen2.5-coder-1.5b:hf-bf16 (quantrack.hfexport) against llama.cpp on the same weights, on the same token ids.
+# qwen2.5-coder-1.5b:hf-bf16 (quantrack.models.hfexport) against llama.cpp on the same weights, on the same token ids.
 #   scripts/gpu/qwen-export-check.sh [OUTDIR]       (on the node, after scripts/gpu/node.sh hfmodel qwen2.5-coder-1.5b)
 #
 # Tolerance, stated before looking: (1) tokenization: the export's tokenizer.json and llama.cpp's tokenizer on the GGUF
@@ -14,8 +14,8 @@ out=${1:-/root/qwen-export-check}
 export QUANTRACK_CACHE=${QUANTRACK_CACHE:-/root/qt-cache} PYTHONUNBUFFERED=1
 py() { (cd "$here" && PYTHONPATH="/tmp/qt-site:$here" python3 "$@"); }
 mkdir -p "$out"
-hf=$(py -c "from quantrack.models_ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:hf-bf16'))")
-src=$(py -c "from quantrack.models_ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:Q4_K_M'))")
+hf=$(py -c "from quantrack.models.ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:hf-bf16'))")
+src=$(py -c "from quantrack.models.ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:Q4_K_M'))")
 [ "$hf" != None ] && [ "$src" != None ] || { echo "run scripts/gpu/node.sh hfmodel qwen2.5-coder-1.5b first"; exit 2; }
 x="scripts/gpu/xengine.py"
 py $x ids "$out/ids.json" --tokenizer "$hf" --tokens 4000

@@ -120,7 +120,7 @@ def cmd_f32_gguf(args: argparse.Namespace) -> None:
     import gguf
     import numpy as np
 
-    from quantrack import hfexport
+    from quantrack.models import hfexport
 
     r = gguf.GGUFReader(args.src)
     w = gguf.GGUFWriter(args.out, str(r.fields["general.architecture"].contents()))

@@ -7,8 +7,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_probe_times_bf16_and_fp8_on_this_gpu():
-    from quantrack import catalog
-    from quantrack.probe import run_probe
+    from quantrack.hardware import catalog
+    from quantrack.hardware.probe import run_probe
 
     res = run_probe(catalog.get_model("Llama-3-8B"), [1, 64], repeats=5, warmup=2, copy_gib=0.5)
     assert res.copy_tbps and res.copy_tbps > 0.1

@@ -41,14 +41,14 @@ def _need_xllamacpp() -> None:
 
 @pytest.fixture(scope="session")
 def smollm2_q4_1() -> Path:
-    from quantrack.gguf_models import fetch_smollm2
+    from quantrack.models.gguf import fetch_smollm2
 
     return fetch_smollm2(_cache_dir())
 
 
 @pytest.fixture(scope="session")
 def gguf_arms(smollm2_q4_1: Path) -> dict[str, Path]:
-    from quantrack.gguf_models import prepare_cpu_arms
+    from quantrack.models.gguf import prepare_cpu_arms
 
     arms = prepare_cpu_arms(smollm2_q4_1.parent)
     return {k: arms[k] for k in ("F16", "Q8_0", "Q4_0")}

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from quantrack.report.compare import FILL, build_table, compare_experiment, render
-from quantrack.tracking import RunRow, load_runs, read_artifact_text
+from quantrack.store.records import RunRow
+from quantrack.store.tracking import load_runs, read_artifact_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -358,7 +358,7 @@ def test_tracking_outage_mid_study_then_sync_and_no_secret_anywhere(
     # q4_0's engine refuses --api-key and echoes it in its usage error: the arm fails, and is spooled
     assert code == 1, err1
     assert "spooled run 'q4_0'" in err1 and "unrecognized arguments: --api-key [REDACTED]" in err1, err1
-    from quantrack.tracking import pending_spool, spool_dir
+    from quantrack.store.tracking import pending_spool, spool_dir
 
     assert len(pending_spool()) == 1
     for p in [spool_dir(), *spool_dir().rglob("*")]:

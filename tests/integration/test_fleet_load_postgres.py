@@ -34,8 +34,8 @@ def _node(i: int, url: str, data: str, start: float) -> None:
         record_for_arm,
         step_predict,
     )
+    from quantrack.store.tracking import Tracker
     from quantrack.study import load_study
-    from quantrack.tracking import Tracker
 
     study = load_study(STUDY)
     arm = ARMS[i % len(ARMS)]
@@ -65,7 +65,7 @@ def test_32_nodes_to_postgres_backed_server(shared_data: Path, tmp_path: Path) -
     with PostgresCluster() as pg, MlflowServer(pg.url, tmp_path / "artifacts", tmp_path / "server.log",
                                                workers=2, env=pool) as srv:
         # create the experiment once (as a fleet's coordinator would); the nodes then only log runs
-        from quantrack.tracking import Tracker
+        from quantrack.store.tracking import Tracker
 
         Tracker(srv.url, "fleet-load")._connect()
         ctx = mp.get_context("fork")  # children inherit the imported modules: the load is the logging

@@ -195,8 +195,8 @@ def test_missing_binary_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_preflight_peeks_the_files_run_resolves(gguf_arms: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """preflight's no-download cache lookup names the same files models_ref.resolve provisions (no drift)."""
-    from quantrack import models_ref
-    from quantrack.preflight import cached_model_ref
+    from quantrack.hardware.preflight import cached_model_ref
+    from quantrack.models import ref as models_ref
 
     monkeypatch.setenv("QUANTRACK_CACHE", str(gguf_arms["F16"].parent))  # provisioned by the fixture
     for qtype in models_ref.known_models()["smollm2"].types:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from quantrack.cli import main
-from quantrack.tracking import load_runs
+from quantrack.store.tracking import load_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 Real components: ``ray.cluster_utils.Cluster`` (head + 3 worker nodes, all on 127.0.0.1, custom resources
 ``gpu_type:H100`` x2 and ``gpu_type:A100-80GB`` standing for GPU types), llama.cpp servers via xllamacpp
-serving SmolLM2-135M GGUF files (``quantrack.gguf_models.prepare_cpu_arms``), PostgreSQL + ``mlflow server``
+serving SmolLM2-135M GGUF files (``quantrack.models.gguf.prepare_cpu_arms``), PostgreSQL + ``mlflow server``
 (started by bench/mlflow_writers.py's helpers). Short latency settings, no eval: the machine has 2 cores.
 """
 
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.integration
 ray = pytest.importorskip("ray")
 pytest.importorskip("xllamacpp")
 pytest.importorskip("psycopg2")
-gguf_models = pytest.importorskip("quantrack.gguf_models")
+gguf_models = pytest.importorskip("quantrack.models.gguf")
 psutil = pytest.importorskip("psutil")
 
 from quantrack.errors import EnvironmentMissing, NotFound
 from quantrack.fleet.ray_runner import GPU_FROM_CATALOG, run_study_on_ray
+from quantrack.store.tracking import load_runs
 from quantrack.study import load_study
-from quantrack.tracking import load_runs
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_MODULE = "quantrack.engines.xllamacpp_server"

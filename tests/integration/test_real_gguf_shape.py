@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantrack.ggufmeta import load_gguf
+from quantrack.models.ggufmeta import load_gguf
 
 
 def test_real_smollm2_gguf(smollm2_q4_1: Path) -> None:

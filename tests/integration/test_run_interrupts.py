@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from quantrack.tracking import load_runs, read_artifact_text
+from quantrack.store.tracking import load_runs, read_artifact_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

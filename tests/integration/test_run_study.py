@@ -14,7 +14,7 @@ import pytest
 
 from quantrack.cli import main
 from quantrack.report.compare import FILL, compare_experiment
-from quantrack.tracking import load_runs
+from quantrack.store.tracking import load_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -115,7 +115,7 @@ model = "{tmp_path / 'missing.gguf'}"
     assert table["fp8"]["status"] == "rejected" and table["fp8"]["gsm8k"] == FILL
     assert table["broken"]["status"] == "FAILED"
     # the secret in [engine] env never reaches the store
-    from quantrack.tracking import read_artifact_text
+    from quantrack.store.tracking import read_artifact_text
 
     env = read_artifact_text(q8.run_id, "launch/env.json", uri) or ""
     assert "HF_TOKEN" in env and "hf_testtokenvalue" not in env

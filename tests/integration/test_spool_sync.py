@@ -12,8 +12,8 @@ import pytest
 
 from quantrack.cli import main
 from quantrack.runner import ArmOutcome, load_latency_row, record_for_arm, study_record
+from quantrack.store.tracking import TAG_SPOOLED, Tracker, pending_spool, spool_dir
 from quantrack.study import load_study
-from quantrack.tracking import TAG_SPOOLED, Tracker, pending_spool, spool_dir
 from tests.integration.mlflow_fixtures import MlflowServer, free_port, run_fields
 
 pytestmark = pytest.mark.integration

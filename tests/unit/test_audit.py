@@ -18,7 +18,7 @@ from quantrack.report.audit import (
     render,
     rows_from_runs,
 )
-from quantrack.tracking import RunRow
+from quantrack.store.records import RunRow
 
 MARLIN_WARNING = ("Your GPU does not have native support for FP8 computation but FP8 quantization is being used. "
                   "Weight-only FP8 compression will be used leveraging the Marlin kernel.")
@@ -128,7 +128,7 @@ def test_failed_run_shown_failed_and_out_of_the_median() -> None:
 
 
 def _probe(host: str, verdict: str, start: int, gpu: str = "NVIDIA L4") -> RunRow:
-    """A node-fact run as `quantrack probe --track` logs it (quantrack.tracking.log_node_fact)."""
+    """A node-fact run as `quantrack probe --track` logs it (quantrack.store.tracking.log_node_fact)."""
     return RunRow(run_id=f"probe-{host}-{start}", experiment_id="9", run_name=f"probe@{host}", status="FINISHED",
                   start_time=start, end_time=None, params={"node_hostname": host, "gpu_name": gpu},
                   metrics={}, tags={"quantrack.role": "node-fact", "quantrack.fact": "probe",

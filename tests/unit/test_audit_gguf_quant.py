@@ -12,8 +12,8 @@ from quantrack.engines import get_adapter
 from quantrack.report.audit import AuditReport, AuditRow, render, rows_from_runs
 from quantrack.run.outcome import ArmOutcome
 from quantrack.run.record import record_for_arm
+from quantrack.store.records import RunRow
 from quantrack.study import load_study
-from quantrack.tracking import RunRow
 
 REPO = Path(__file__).resolve().parents[2]
 LOG = REPO / "tests" / "data" / "logs" / "xllamacpp-SmolLM2-Q8_0-np1.log"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from quantrack.arms import parse_arm_spec
-from quantrack.capacity import (
+from quantrack.errors import BadInput
+from quantrack.hardware.capacity import (
     W4A16_GROUP_OVERHEAD,
     kv_bytes_per_element,
     llamacpp_cells,
@@ -20,8 +21,7 @@ from quantrack.capacity import (
     sglang_default_mem_fraction,
     weight_bytes_per_param,
 )
-from quantrack.catalog import ModelShape, get_gpu, get_model
-from quantrack.errors import BadInput
+from quantrack.hardware.catalog import ModelShape, get_gpu, get_model
 
 GiB = 2**30
 ARMS3 = [parse_arm_spec(a) for a in ("bf16", "fp8", "fp8-kv")]
@@ -194,8 +194,8 @@ def test_vllm_kv_cache_memory_bytes_replaces_the_profile() -> None:
     """--kv-cache-memory-bytes 4 GiB on SmolLM2-135M (23,040 B/token bf16, 11,520 fp8): vLLM 0.25.0 on the H200
     logged 186,400 and 372,816 tokens (docs/gpu/h200-smollm2.md); blocks of 16 tokens, util ignored."""
     from quantrack.arms import make_arm
-    from quantrack.capacity import predict_engine
-    from quantrack.hub import resolve_model
+    from quantrack.hardware.capacity import predict_engine
+    from quantrack.models.hub import resolve_model
 
     resolved = resolve_model("SmolLM2-135M")
     shape = getattr(resolved, "shape", resolved)

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from quantrack.arms import make_arm
-from quantrack.capacity import GiB, kv_bytes_per_token, plan, predict_engine
-from quantrack.catalog import ModelShape, get_gpu, get_model
 from quantrack.engines import parse_log_file
+from quantrack.hardware.capacity import GiB, kv_bytes_per_token, plan, predict_engine
+from quantrack.hardware.catalog import ModelShape, get_gpu, get_model
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "public-logs"

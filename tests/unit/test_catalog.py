@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quantrack.catalog import get_gpu, get_model, gpus, models
 from quantrack.errors import NotFound
+from quantrack.hardware.catalog import get_gpu, get_model, gpus, models
 
 REQUIRED_GPUS = ["T4", "V100", "A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "RTX 3090", "RTX 4090", "RTX 5090",
                  "H100-SXM", "H100-PCIe", "H200", "B200", "MI250X", "MI300X", "x86-cpu"]

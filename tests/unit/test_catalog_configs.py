@@ -13,9 +13,9 @@ from pathlib import Path
 import hub_models as hm
 import pytest
 
-from quantrack.capacity import kv_bytes_per_token
-from quantrack.catalog import get_model
-from quantrack.hfconfig import checkpoint_weights, shape_from_config
+from quantrack.hardware.capacity import kv_bytes_per_token
+from quantrack.hardware.catalog import get_model
+from quantrack.models.hfconfig import checkpoint_weights, shape_from_config
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LLM_PROF = json.loads((DATA / "hub" / "llm-prof-configs.json").read_text())

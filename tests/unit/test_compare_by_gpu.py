@@ -8,7 +8,8 @@ import pytest
 
 from quantrack.errors import BadInput
 from quantrack.report.compare import compare_by_gpu, render_many
-from quantrack.tracking import MetricPoint, RunRecord, log_arm
+from quantrack.store.records import MetricPoint, RunRecord
+from quantrack.store.tracking import log_arm
 
 EXP = "fleet-two-gpus"
 

@@ -27,9 +27,10 @@ from quantrack.report.compare import (
     render,
 )
 from quantrack.runner import LogInputs, log_results
-from quantrack.storeread import read_runs
+from quantrack.store.direct import read_runs
+from quantrack.store.records import RunRow
+from quantrack.store.tracking import load_runs
 from quantrack.study import load_study
-from quantrack.tracking import RunRow, load_runs
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GOLDEN = DATA / "golden"
@@ -145,7 +146,7 @@ def test_bad_format(logged: list[RunRow]) -> None:
         render(build_table(EXPERIMENT, logged), "tabel")
 
 
-# --- the direct read path (quantrack.storeread) against mlflow's own reading of the same store --------------
+# --- the direct read path (quantrack.store.direct) against mlflow's own reading of the same store --------------
 
 def _same_rows(a: list[RunRow], b: list[RunRow]) -> None:
     """Equal field by field, NaN metrics included (nan != nan)."""

@@ -38,8 +38,9 @@ def _engine_names_in_code(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_registry_is_the_one_list_of_engines() -> None:
-    from quantrack import capacity, rulebook, study
+    from quantrack import study
     from quantrack.accuracy import kl
+    from quantrack.hardware import capacity, rulebook
     from quantrack.measure import client
 
     for mod in (capacity, rulebook, study, kl, client):
@@ -91,8 +92,9 @@ def test_scoring_goes_through_the_adapter() -> None:
 
 
 def test_one_table_of_gguf_types() -> None:
-    from quantrack import arms, rulebook
+    from quantrack import arms
     from quantrack.engines import vllm, xllamacpp_server
+    from quantrack.hardware import rulebook
 
     assert rulebook.GGUF_TYPES is arms.GGUF_TYPES
     assert vllm.GGUF_TYPES == frozenset(arms.GGUF_ONLY_TYPES)
@@ -104,8 +106,8 @@ def test_one_table_of_gguf_types() -> None:
 def test_one_default_util() -> None:
     import inspect
 
-    from quantrack import capacity
     from quantrack.engines import DEFAULT_UTIL
+    from quantrack.hardware import capacity
     from quantrack.study import GpuSpec
 
     assert get_adapter("vllm").memory.default_share == DEFAULT_UTIL == GpuSpec().util

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from quantrack.errors import BadInput
-from quantrack.ggufmeta import load_gguf
-from quantrack.hfconfig import load_hf_config
+from quantrack.models.ggufmeta import load_gguf
+from quantrack.models.hfconfig import load_hf_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
 
@@ -117,7 +117,7 @@ def test_gemma3_every_sixth_layer_is_full_attention() -> None:
 def test_vllm_hybrid_groups_and_logged_tokens() -> None:
     """vLLM groups 5 full + 29 sliding layers into 7 groups of 5 (one padding layer); 12 + 12 into 2 of 12."""
     from quantrack.arms import make_arm
-    from quantrack.capacity import kv_bytes_per_token, predict_engine
+    from quantrack.hardware.capacity import kv_bytes_per_token, predict_engine
 
     gemma = load_hf_config(CONFIGS / "gemma-3-4b.json")
     pred = predict_engine(gemma, 24 * 1024**3, make_arm("bf16"), "vllm", util=0.9, context_len=32768,
@@ -140,7 +140,7 @@ def test_vllm_hybrid_groups_and_logged_tokens() -> None:
 def test_nvfp4_and_compressed_tensors_int4_layouts() -> None:
     """FP4 packed two per byte with an FP8 scale per 16 (modelopt NVFP4); int4 packed eight per int32 with group
     scales and zero points (compressed-tensors pack-quantized). Scales are bytes, not parameters."""
-    from quantrack.hfconfig import checkpoint_weights, weight_format_of
+    from quantrack.models.hfconfig import checkpoint_weights, weight_format_of
 
     out_f, in_f = 4096, 4096
     nvfp4 = {"layers.0.mlp.up_proj.weight": ("U8", [out_f, in_f // 2]),
@@ -167,7 +167,7 @@ def test_nvfp4_and_compressed_tensors_int4_layouts() -> None:
 
 
 def test_unknown_dtype_and_unmapped_method() -> None:
-    from quantrack.hfconfig import checkpoint_weights, weight_format_of
+    from quantrack.models.hfconfig import checkpoint_weights, weight_format_of
 
     with pytest.raises(BadInput, match="dtype 'F2', which quantrack has no size for"):
         checkpoint_weights({"w": ("F2", [4])}, {})

@@ -1,4 +1,4 @@
-"""quantrack.hfexport: a tiny Llama GGUF made here (gguf 0.19.0: Q4_1 / Q8_0 / F32 tensors, a byte-level BPE
+"""quantrack.models.hfexport: a tiny Llama GGUF made here (gguf 0.19.0: Q4_1 / Q8_0 / F32 tensors, a byte-level BPE
 vocabulary), exported to a Hugging Face directory, and read back tensor by tensor against the GGUF's dequantized
 values; the Q/K rows checked against llama.cpp's own permutation (conversion/llama.py:L176-L181)."""
 
@@ -11,8 +11,8 @@ import gguf
 import numpy as np
 import pytest
 
-from quantrack import hfexport
 from quantrack.errors import BadInput
+from quantrack.models import hfexport
 
 HIDDEN, HEADS, KV_HEADS, FF, LAYERS = 64, 4, 2, 128, 2
 HEAD_DIM = HIDDEN // HEADS
@@ -194,7 +194,8 @@ def test_model_reference_hf_bf16_is_known_and_cached_by_its_marker(tmp_path: Pat
     """smollm2:hf-bf16 parses, and cached_path answers from the export's marker file (never exports itself)."""
     import os
 
-    from quantrack import gguf_models, models_ref
+    from quantrack.models import gguf as gguf_models
+    from quantrack.models import ref as models_ref
 
     assert models_ref.parse_ref("smollm2:hf-bf16") == ("smollm2", models_ref.HF_BF16)
     src = tmp_path / gguf_models.SMOLLM2_FILE

@@ -127,7 +127,7 @@ def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, 
 
 
 def test_qwen3_30b_a3b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
-    from quantrack.hub import resolve_model
+    from quantrack.models.hub import resolve_model
 
     shape = resolve_model("Qwen/Qwen3-30B-A3B")
     assert round(shape.params / 1e9, 1) == 30.5  # model card: 30.5B in total
@@ -152,7 +152,7 @@ def test_qwen3_30b_a3b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixt
 
 
 def test_deepseek_v3_on_h200_tp8(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
-    from quantrack.hub import resolve_model
+    from quantrack.models.hub import resolve_model
 
     shape = resolve_model("deepseek-ai/DeepSeek-V3")
     assert shape.checkpoint is not None
@@ -170,8 +170,8 @@ def test_deepseek_v3_on_h200_tp8(hub_env: hf.HubServer, capsys: pytest.CaptureFi
     assert 78.0 < per_rank / GiB < 78.7  # FP8 body + F32 block scales + BF16 embeddings, per H200
     assert fp8["engine_tokens"] > 0 and fp8kv["engine_tokens"] > 1.9 * fp8["engine_tokens"]
     # SGLang: MLA cell = 576 x 61 x kv bytes per rank; its default memory fraction reserves 1.5 GiB for MLA graphs
-    from quantrack.capacity import predict_engine, sglang_default_mem_fraction
-    from quantrack.catalog import get_gpu
+    from quantrack.hardware.capacity import predict_engine, sglang_default_mem_fraction
+    from quantrack.hardware.catalog import get_gpu
 
     h200 = get_gpu("H200").total_bytes
     sg = predict_engine(shape, h200, parse_arm_spec("fp8"), "sglang", tp=8, context_len=4096)
@@ -186,7 +186,7 @@ def test_deepseek_v3_on_h200_tp8(hub_env: hf.HubServer, capsys: pytest.CaptureFi
 
 
 def test_gpt_oss_120b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
-    from quantrack.hub import resolve_model
+    from quantrack.models.hub import resolve_model
 
     shape = resolve_model("openai/gpt-oss-120b")
     assert shape.checkpoint is not None
@@ -202,8 +202,8 @@ def test_gpt_oss_120b_on_h100(hub_env: hf.HubServer, capsys: pytest.CaptureFixtu
     # SGLang re-splits the pool: full layers get raw x 36 / (0.8 x 18 + 18) tokens, the window layers 0.8 of that
     (sg,) = plan_json(capsys, "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--engine", "sglang",
                       "--arm", "weights=mxfp4,kv=auto")
-    from quantrack.capacity import predict_engine
-    from quantrack.catalog import get_gpu
+    from quantrack.hardware.capacity import predict_engine
+    from quantrack.hardware.catalog import get_gpu
 
     pred = predict_engine(shape, get_gpu("H100").total_bytes, _mxfp4(), "sglang", context_len=4096)
     raw = pred.settings["pool_tokens_all_layers"]
@@ -218,7 +218,7 @@ def _mxfp4() -> Any:
 
 
 def test_llama31_8b_fp8_on_l4(hub_env: hf.HubServer, capsys: pytest.CaptureFixture[str]) -> None:
-    from quantrack.hub import resolve_model
+    from quantrack.models.hub import resolve_model
 
     published = resolve_model("neuralmagic/Meta-Llama-3-8B-Instruct-FP8")
     assert published.checkpoint and published.checkpoint.total_bytes == 9_081_202_432  # the index's total_size
@@ -236,7 +236,7 @@ def test_llama31_8b_fp8_on_l4(hub_env: hf.HubServer, capsys: pytest.CaptureFixtu
 
 def test_cached_then_offline_reads_nothing(hub_env: hf.HubServer, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from quantrack.hub import resolve_model
+    from quantrack.models.hub import resolve_model
 
     first = resolve_model("quantrack-test/tiny-llama")
     assert first.checkpoint and first.checkpoint.tensors == 21 and first.params_estimated is False
@@ -292,7 +292,7 @@ def test_gated_with_token_works_and_never_shows_it(hub_env: hf.HubServer, monkey
 
 
 def test_revision_pins_the_commit(hub_env: hf.HubServer) -> None:
-    from quantrack.hub import parse_hub_id, resolve_model
+    from quantrack.models.hub import parse_hub_id, resolve_model
 
     assert parse_hub_id("Qwen/Qwen3-30B-A3B@v1") == ("Qwen/Qwen3-30B-A3B", "v1")
     assert parse_hub_id("Llama-3-8B") is None and parse_hub_id("./model/config.json") is None
@@ -314,7 +314,7 @@ def test_preflight_rejects_an_arm_the_checkpoint_cannot_serve(hub_env: hf.HubSer
 
 
 def test_study_file_takes_a_hub_id(hub_env: hf.HubServer, tmp_path: Path) -> None:
-    from quantrack.preflight import request_from_study, run_preflight
+    from quantrack.hardware.preflight import request_from_study, run_preflight
 
     study = tmp_path / "study.toml"
     study.write_text('name = "fp8-l4"\ncontext_len = 8192\n\n[model]\nname = "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8"\n'
@@ -332,7 +332,7 @@ def test_awq_checkpoint_bytes_match_the_engine_log(hub: hf.HubServer, hub_env: h
     """Packed int4 + zero points + group scales from the headers vs vLLM's 'Loading model weights took 5.2032 GB'
     for Qwen2.5-7B-Instruct-AWQ (https://github.com/vllm-project/vllm/issues/13882; V0's "GB" is GiB)."""
     from quantrack.engines import parse_log_file
-    from quantrack.hub import resolve_model
+    from quantrack.models.hub import resolve_model
 
     cfg = hm.config("qwen2.5-7b-instruct-awq")
     hub.repos["Qwen/Qwen2.5-7B-Instruct-AWQ"] = _repo(cfg, hf.sharded(hm.qwen2_awq(cfg), 2))

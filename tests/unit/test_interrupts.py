@@ -66,7 +66,8 @@ def test_forced_exit_spools_the_arm_killed_and_the_parent_status(tmp_path: Path,
     from quantrack.arms import make_arm
     from quantrack.run.orchestrate import _Held
     from quantrack.run.outcome import ArmOutcome
-    from quantrack.tracking import Logged, RunRecord, Tracker
+    from quantrack.store.records import Logged, RunRecord
+    from quantrack.store.tracking import Tracker
 
     spool = tmp_path / "spool"
     monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(spool))

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from quantrack.capacity import kv_cache_memory_bytes_in
 from quantrack.cli import main
 from quantrack.engines import get_adapter
 from quantrack.errors import BadInput
+from quantrack.hardware.capacity import kv_cache_memory_bytes_in
 from quantrack.run.steps import step_predict
 from quantrack.study import load_study
 

@@ -175,7 +175,7 @@ def test_range_ratio_lengths_are_vllms_uniform_integers() -> None:
 
 
 def _row(arm: str, metrics: dict[str, float], tags: dict[str, str] | None = None) -> object:
-    from quantrack.tracking import RunRow
+    from quantrack.store.records import RunRow
 
     return RunRow(run_id=f"id-{arm}", experiment_id="1", run_name=arm, status="FINISHED", start_time=1,
                   end_time=2, params={}, metrics=metrics,
@@ -184,7 +184,7 @@ def _row(arm: str, metrics: dict[str, float], tags: dict[str, str] | None = None
 
 def test_compare_wide_load_columns_and_noise_note() -> None:
     from quantrack.report.compare import build_table, render
-    from quantrack.report.decision import load_explanation
+    from quantrack.report.judge import load_explanation
 
     base = {"sweep_output_tps_c4": 100.0, "sweep_output_tps_ci_low_c4": 95.0, "sweep_output_tps_ci_high_c4": 105.0,
             "sweep_tpot_ms_p95_c4": 12.5, "sweep_engine_kv_usage_max_c4": 0.35, "sweep_engine_running_max_c4": 4.0,

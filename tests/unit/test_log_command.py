@@ -9,7 +9,7 @@ import pytest
 
 from quantrack.cli import main
 from quantrack.engines.base import LogReport
-from quantrack.tracking import load_runs
+from quantrack.store.tracking import load_runs
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 STUDY = DATA / "tracking" / "vllm-h200.toml"
@@ -86,7 +86,7 @@ def test_fallback_is_unknown_when_the_log_cannot_say() -> None:
 
 
 def test_record_schema_names_match_the_tracking_identity_tags() -> None:
-    from quantrack import tracking
     from quantrack.run.schema import Tag
+    from quantrack.store import tracking
 
     assert (Tag.ROLE, Tag.STUDY, Tag.ARM) == (tracking.TAG_ROLE, tracking.TAG_STUDY, tracking.TAG_ARM)

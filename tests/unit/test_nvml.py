@@ -1,4 +1,4 @@
-"""quantrack.nvml with a fake pynvml module (tests our mapping code, not a GPU)."""
+"""quantrack.hardware.nvml with a fake pynvml module (tests our mapping code, not a GPU)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from quantrack.arms import parse_arm_spec
 from quantrack.errors import EnvironmentMissing
-from quantrack.nvml import NO_DRIVER, match_catalog, read_gpus
-from quantrack.rulebook import evaluate, overall
+from quantrack.hardware.nvml import NO_DRIVER, match_catalog, read_gpus
+from quantrack.hardware.rulebook import evaluate, overall
 
 
 class FakeNVMLError(Exception):

@@ -109,7 +109,7 @@ def test_rejected_arm_gets_no_launch_command(capsys):
 def test_bad_input_is_one_line_exit_2(capsys, args, message):
     if args[1] == "auto":
         from quantrack.errors import EnvironmentMissing
-        from quantrack.nvml import read_gpus
+        from quantrack.hardware.nvml import read_gpus
 
         with contextlib.suppress(EnvironmentMissing):
             read_gpus()
@@ -225,7 +225,7 @@ def test_env_rule_sees_the_study_engine_env_and_false_values(capsys, tmp_path):
 
 
 def test_bad_env_match_is_reported_by_rules_check(tmp_path):
-    from quantrack.rulebook import check_rules
+    from quantrack.hardware.rulebook import check_rules
 
     (tmp_path / "rules-x.toml").write_text(
         '[[rule]]\nid = "x"\nverdict = "warn"\nmessage = "m"\nsource = "s"\n[rule.match]\nenv = "VLLM_X"\n')
@@ -237,7 +237,7 @@ def test_preflight_prints_the_argv_run_starts(tmp_path, monkeypatch):
     """run's step_serve and preflight build every arm's argv and env through one helper: equal, port included."""
     from quantrack import runner
     from quantrack.engines import lifecycle
-    from quantrack.preflight import request_from_study, run_preflight
+    from quantrack.hardware.preflight import request_from_study, run_preflight
     from quantrack.study import load_study
 
     text = (EXAMPLES / "gpu" / "h200-vllm.toml").read_text().replace("ready_timeout_s = 600",
@@ -285,7 +285,7 @@ def opt(argv: list[str], flag: str) -> str:
 
 
 def test_cpu_study_launch_uses_slots_and_cached_model_files(capsys, tmp_path, monkeypatch):
-    from quantrack import gguf_models as gm
+    from quantrack.models import gguf as gm
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("QUANTRACK_CACHE", str(cache))
@@ -380,9 +380,9 @@ def test_catalog_gpu_json_says_its_source(capsys):
 def test_cached_path_finds_provisioned_files_only(tmp_path, monkeypatch):
     import os
 
-    from quantrack import models_ref
     from quantrack.errors import BadInput
-    from quantrack.preflight import cached_model_ref
+    from quantrack.hardware.preflight import cached_model_ref
+    from quantrack.models import ref as models_ref
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("QUANTRACK_CACHE", str(cache))

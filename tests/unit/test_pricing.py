@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from quantrack.errors import BadInput, NotFound
-from quantrack.pricing import (
+from quantrack.hardware.pricing import (
     NOT_PRICED,
     cost_cell,
     cost_column,
@@ -51,7 +51,7 @@ def test_shipped_table_every_entry_dated_and_sourced() -> None:
 
 def test_shipped_table_prices_the_catalog_h100() -> None:
     # the GPU catalog's canonical name resolves, through its aliases if need be
-    from quantrack.catalog import get_gpu
+    from quantrack.hardware.catalog import get_gpu
 
     p = price_for(get_gpu("H100").name, load_prices())
     assert p.provider and p.instance

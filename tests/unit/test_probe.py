@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from quantrack import catalog
 from quantrack.errors import BadInput
-from quantrack.probe import (
+from quantrack.hardware import catalog
+from quantrack.hardware.probe import (
     LayerTiming,
     linear_shapes,
     parse_batches,

@@ -12,8 +12,8 @@ import pytest
 
 from quantrack.engines import get_adapter
 from quantrack.engines.lifecycle import launch_spec_for_study
-from quantrack.models_ref import known_models
-from quantrack.preflight import peek_model_refs
+from quantrack.hardware.preflight import peek_model_refs
+from quantrack.models.ref import known_models
 from quantrack.study import load_study
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ from quantrack.redact import (
     redact_mapping,
     redact_text,
 )
-from quantrack.tracking import RunRecord, _materialize
+from quantrack.store.records import RunRecord
+from quantrack.store.tracking import _materialize
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA"  # shaped like a Hugging Face token (not a real one)
 KEY = "sk-test-" + "0123456789abcdef0123"

@@ -27,18 +27,10 @@ from quantrack.redact import (
     redact_text,
     register_secret,
 )
-from quantrack.tracking import (
-    DiskError,
-    RunRecord,
-    Tracker,
-    atomic_write_text,
-    partial_spool,
-    pending_spool,
-    resolve_uri,
-    spool_dir,
-    spool_record,
-    sync_spool,
-)
+from quantrack.store.files import DiskError, atomic_write_text
+from quantrack.store.records import RunRecord
+from quantrack.store.tracking import Tracker, partial_spool, pending_spool, spool_dir, spool_record, sync_spool
+from quantrack.store.uri import resolve_uri
 
 KEY = "sk-planted-" + "a1b2c3d4e5f6a7b8"
 PROXY_PASS = "pr0xy-Pa55-" + "x9"
@@ -128,7 +120,7 @@ def test_sync_reports_partial_entries(tmp_path: Path) -> None:
 
 
 def test_spooled_status_update_is_atomic(monkeypatch: pytest.MonkeyPatch) -> None:
-    from quantrack.tracking import _update_spooled_status
+    from quantrack.store.tracking import _update_spooled_status
 
     d = spool_record(_record(), "http://127.0.0.1:1", "test")
     before = (d / "record.json").read_text()
@@ -142,7 +134,7 @@ def test_local_store_full_disk_spools(tmp_path: Path, monkeypatch: pytest.Monkey
     """A local store whose disk is full: the run goes to the spool instead of being lost."""
     import sqlite3
 
-    import quantrack.tracking as tr
+    import quantrack.store.tracking as tr
 
     def full(*_a: object, **_k: object) -> str:
         raise RuntimeError("(sqlite3.OperationalError) database or disk is full") from sqlite3.OperationalError(

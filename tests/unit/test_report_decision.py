@@ -18,19 +18,12 @@ from quantrack.accuracy.stats import (
 )
 from quantrack.constraints import Constraints, parse_accuracy_drop, parse_max_kl, parse_slo
 from quantrack.errors import BadInput
-from quantrack.report.decision import (
-    V_CANNOT,
-    V_CLEAR,
-    V_MISSES,
-    V_NOT_MEASURED,
-    build_report,
-    decision_report,
-    questions_needed,
-    unpaired_interval,
-)
+from quantrack.report.decision import build_report, decision_report
+from quantrack.report.judge import V_CANNOT, V_CLEAR, V_MISSES, V_NOT_MEASURED, questions_needed, unpaired_interval
 from quantrack.report.page import to_html, write_report
+from quantrack.store.records import RunRow
+from quantrack.store.tracking import load_runs
 from quantrack.study import load_study
-from quantrack.tracking import RunRow, load_runs
 from tests.report_fixtures import EXPERIMENT, SLO, build_store
 
 C = Constraints(slos=(parse_slo(SLO),), max_accuracy_drop=parse_accuracy_drop("1pp"), sources=("test",))
@@ -117,7 +110,7 @@ def test_recommendation_and_frontier(report) -> None:  # type: ignore[no-untyped
     assert sec.recommended == "fp8-good"
     assert sec.recommendation.startswith("Deploy fp8-good: of the 3 arms that clear every constraint it has the lowest "
                                          "cost per 1M output tokens at the SLO ($")
-    from quantrack.pricing import cost_per_million_tokens, load_prices
+    from quantrack.hardware.pricing import cost_per_million_tokens, load_prices
 
     assert arms["fp8-good"].cost.value == pytest.approx(cost_per_million_tokens("H100", 4100, load_prices()))
     # (throughput at the SLO, accuracy): fp8 (fastest with accuracy), fp8-good, bf16 (most accurate)
@@ -351,7 +344,8 @@ def test_cli_bad_input(store: tuple[str, dict[str, str]], tmp_path: Path, capsys
 
 
 def test_cli_experiment_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from quantrack.tracking import RunRecord, Tracker
+    from quantrack.store.records import RunRecord
+    from quantrack.store.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     rec = RunRecord(experiment="empty", run_name="study:empty")
@@ -412,7 +406,8 @@ def test_store_credentials_never_reach_the_page() -> None:
 
 def test_constraints_from_the_study_file_on_the_parent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No flags, no --study: the [decision] table of study/study.toml logged on the newest parent run."""
-    from quantrack.tracking import RunRecord, Tracker
+    from quantrack.store.records import RunRecord
+    from quantrack.store.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     tracker = Tracker(uri, "with-study")
@@ -442,7 +437,7 @@ def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
     """What `quantrack run` calls at its end (runner.run_study -> page.publish_study_report)."""
     from quantrack.report.page import publish_study_report
     from quantrack.runner import StudyResult
-    from quantrack.tracking import Logged
+    from quantrack.store.records import Logged
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     ids = build_store(uri)

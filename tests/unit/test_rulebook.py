@@ -1,4 +1,4 @@
-"""quantrack.rulebook: validation of rule files, pure evaluation, engine flag spellings."""
+"""quantrack.hardware.rulebook: validation of rule files, pure evaluation, engine flag spellings."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from quantrack.arms import make_arm, parse_arm_spec
-from quantrack.catalog import get_gpu
 from quantrack.errors import BadInput
-from quantrack.rulebook import (
+from quantrack.hardware.catalog import get_gpu
+from quantrack.hardware.rulebook import (
     UNCHECKED,
     NodeFacts,
     StudyContext,

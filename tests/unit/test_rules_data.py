@@ -8,8 +8,8 @@ import tomllib
 
 import pytest
 
+from quantrack.hardware.rulebook import check_rules, engine_table, load_rules
 from quantrack.resources import rules_dir
-from quantrack.rulebook import check_rules, engine_table, load_rules
 
 CITATION = re.compile(r"(vllm|sglang|llama\.cpp)@[0-9a-fv.]+:\S+:L\d+|seed |vllm-project/vllm#\d+|engine-facts §")
 

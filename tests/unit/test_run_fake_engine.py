@@ -73,7 +73,7 @@ def fake() -> Iterator[FakeAdapter]:
 
 
 def _runs(experiment: str) -> dict[str, Any]:
-    from quantrack.tracking import load_runs
+    from quantrack.store.tracking import load_runs
 
     return {r.tags.get("quantrack.arm") or r.params.get("arm"): r for r in load_runs(experiment)}
 

@@ -1,6 +1,6 @@
 """`quantrack serve STUDY --arm NAME`: model references (smollm2:F16) resolve like `run` does.
 
-The resolution itself (download, SHA-256, requantization) is quantrack.models_ref's and tested with it
+The resolution itself (download, SHA-256, requantization) is quantrack.models.ref's and tested with it
 (tests/integration/test_llamacpp_lifecycle.py); here `resolve` is replaced by one that records the call
 and points at a file in tmp_path, so the wiring in the command is what is checked.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from quantrack import models_ref
+from quantrack.models import ref as models_ref
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from quantrack.catalog import get_gpu, gpus
 from quantrack.errors import BadInput, NotFound
 from quantrack.fleet import parse_fleet, plan_jobs
 from quantrack.fleet.skypilot import (
@@ -17,6 +16,7 @@ from quantrack.fleet.skypilot import (
     skypilot_accelerator,
     toml_dumps,
 )
+from quantrack.hardware.catalog import get_gpu, gpus
 from quantrack.study import load_study
 
 sky = pytest.importorskip("sky", reason="SkyPilot not installed (pip install 'quantrack[fleet]')")

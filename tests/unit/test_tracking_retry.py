@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 
-from quantrack.tracking import _log_batch
+from quantrack.store.tracking import _log_batch
 
 DUP = "RestException: BAD_REQUEST: (psycopg2.errors.UniqueViolation) duplicate key value violates unique " \
       'constraint "tag_pk"'

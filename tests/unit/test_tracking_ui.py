@@ -22,7 +22,7 @@ def test_fresh_store_prints_no_mlflow_info_and_tags_the_experiment_kind(tmp_path
 def test_an_existing_experiment_without_the_kind_gets_it(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from quantrack import tracking as t
+    from quantrack.store import tracking as t
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     MlflowClient(tracking_uri=uri).create_experiment("old")  # made before quantrack tagged experiments

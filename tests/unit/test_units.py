@@ -1,11 +1,11 @@
-"""quantrack.units: memory strings -> bytes (bare = GiB, GB decimal, lone G rejected)."""
+"""quantrack.hardware.units: memory strings -> bytes (bare = GiB, GB decimal, lone G rejected)."""
 
 from __future__ import annotations
 
 import pytest
 
 from quantrack.errors import BadInput
-from quantrack.units import fmt_bytes, fmt_int, is_decimal, parse_memory, unit_of
+from quantrack.hardware.units import fmt_bytes, fmt_int, is_decimal, parse_memory, unit_of
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from quantrack.arms import Arm
-from quantrack.catalog import GPU, ModelShape
 from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput
+from quantrack.hardware.catalog import GPU, ModelShape
 
 GiB = 1024**3
 MiB = 1024**2

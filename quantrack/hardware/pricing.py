@@ -105,7 +105,7 @@ def price_for(gpu: str, prices: PriceTable) -> Price:
     if hit is not None:
         return hit
     try:
-        from quantrack.catalog import get_gpu
+        from quantrack.hardware.catalog import get_gpu
 
         entry = get_gpu(gpu)
     except NotFound:

@@ -40,7 +40,8 @@ from typing import Any
 from urllib.parse import quote
 
 from quantrack.run.schema import Tag
-from quantrack.tracking import TAG_ROLE, RunRow, TrackingError, is_remote
+from quantrack.store.records import RunRow, TrackingError
+from quantrack.store.uri import is_remote
 
 # alembic revisions of mlflow's SQL schema whose experiments/runs/params/tags/latest_metrics tables this
 # module reads correctly (checked against mlflow 3.17.2's dbmodels/models.py and its migration head).
@@ -151,7 +152,7 @@ def _read_sqlite(uri: str, experiment: str, role: str | None,
         args: list[Any] = []
         if role:
             sel += " JOIN tags rt ON rt.run_uuid = r.run_uuid AND rt.key = ? AND rt.value = ?"
-            args += [TAG_ROLE, role]
+            args += [Tag.ROLE, role]
         sel += " WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'"
         args.append(exp_id)
         runs = conn.execute(
@@ -194,7 +195,7 @@ def _http_options() -> dict[str, Any]:
     headers = {"User-Agent": "quantrack"}
     import httpx
 
-    from quantrack.tracking import request_timeout_s
+    from quantrack.store.uri import request_timeout_s
 
     read = request_timeout_s()  # bounded: a server that accepts and never answers fails within it
     opts: dict[str, Any] = {"timeout": httpx.Timeout(read, connect=min(read, 10.0))}
@@ -253,7 +254,7 @@ def _read_rest(uri: str, experiment: str, role: str | None, unknown_experiment: 
         query: dict[str, Any] = {"experiment_ids": [str(exp["experiment_id"])], "run_view_type": "ACTIVE_ONLY",
                                  "max_results": RUNS_PER_PAGE, "order_by": [ORDER_BY]}
         if role:
-            query["filter"] = f"tags.`{TAG_ROLE}` = '{role}'"
+            query["filter"] = f"tags.`{Tag.ROLE}` = '{role}'"
         rows: list[RunRow] = []
         while True:
             page = call("POST", "/runs/search", json=query)

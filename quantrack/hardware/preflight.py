@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.arms import Arm
-from quantrack.catalog import GPU, ModelShape, get_gpu
 from quantrack.engines import DEFAULT_ENGINE, get_adapter
 from quantrack.errors import BadInput, QuantrackError, unknown
-from quantrack.rulebook import (
+from quantrack.hardware.catalog import GPU, ModelShape, get_gpu
+from quantrack.hardware.rulebook import (
     ENGINES,
     UNCHECKED,
     StudyContext,
@@ -145,12 +145,12 @@ class PreflightReport:
 def resolve_gpus(name: str) -> list[Any]:
     """``auto`` = every visible NVIDIA GPU (NVML); otherwise one catalog GPU by name or alias."""
     if name.strip().lower() == "auto":
-        from quantrack.nvml import read_gpus
+        from quantrack.hardware.nvml import read_gpus
 
         found = read_gpus()
         if not found:
             from quantrack.errors import EnvironmentMissing
-            from quantrack.nvml import NO_DRIVER
+            from quantrack.hardware.nvml import NO_DRIVER
 
             raise EnvironmentMissing(NO_DRIVER)
         return list(found)
@@ -183,8 +183,8 @@ def _checkpoint_findings(req: PreflightRequest, arm: Arm) -> list[Any]:
     """A reject when the arm's weights are not what the Hub checkpoint stores (quantization_config)."""
     if req.model is None or getattr(req.model, "checkpoint", None) is None or arm.model:
         return []  # an arm with its own model file is not served from this checkpoint
-    from quantrack.capacity import checkpoint_mismatch
-    from quantrack.rulebook import Verdict
+    from quantrack.hardware.capacity import checkpoint_mismatch
+    from quantrack.hardware.rulebook import Verdict
 
     problem = checkpoint_mismatch(req.model, arm)
     if not problem:
@@ -199,9 +199,9 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
     if req.model is None:
         return None, "no model given (--model/--config/--gguf/--params): capacity not derived"
     try:
-        from quantrack.capacity import predict_for_arm
+        from quantrack.hardware.capacity import predict_for_arm
     except ImportError:
-        return None, "capacity model (quantrack.capacity) not available"
+        return None, "capacity model (quantrack.hardware.capacity) not available"
     try:
         pred = predict_for_arm(req.model, gpu, arm, req.engine, util=req.util, context_len=req.context_len, tp=req.tp,
                                kv_cache_memory_bytes=_kv_cache_memory_bytes(req, arm))
@@ -216,7 +216,7 @@ def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any]
 def _kv_cache_memory_bytes(req: PreflightRequest, arm: Arm) -> int | None:
     """vLLM's --kv-cache-memory-bytes: a study's from its launch args (arm args, then [engine] args, the last
     one winning; the flag next to --study is appended there), else the flag's."""
-    from quantrack.capacity import kv_cache_memory_bytes_in
+    from quantrack.hardware.capacity import kv_cache_memory_bytes_in
 
     if req.study is not None:
         return kv_cache_memory_bytes_in([*arm.engine_args, *req.study.engine.args])
@@ -281,7 +281,7 @@ def _kl_util_sum(req: PreflightRequest) -> float | None:
 # ("n_ctx_seq (%u) > n_ctx_train (%u)") and allocates the whole KV cache at start (engine-facts §1.4).
 _CTX_SOURCE = ("vllm/config/model.py _get_and_verify_max_len; vllm/v1/core/kv_cache_utils.py "
                "check_enough_kv_cache_memory; sglang python/sglang/srt/configs/model_config.py; derived capacity "
-               "(quantrack.capacity)")
+               "(quantrack.hardware.capacity)")
 
 
 def context_verdicts(req: PreflightRequest, cap: dict[str, Any] | None, gpu: GPU | None = None) -> list[Verdict]:
@@ -399,7 +399,7 @@ def cached_model_ref(ref: str) -> Path | None:
 
     ``models_ref.cached_path`` (one file-naming rule with ``run``'s provisioning); a value that is not a
     reference gives None, an unknown reference raises models_ref's one-line BadInput."""
-    from quantrack import models_ref
+    from quantrack.models import ref as models_ref
 
     return models_ref.cached_path(ref) if models_ref.is_ref(ref) else None
 
@@ -407,7 +407,7 @@ def cached_model_ref(ref: str) -> Path | None:
 def peek_model_refs(study: Any) -> tuple[Any, tuple[str, ...]]:
     """The study with every *provisioned* model reference replaced by its cached file, and the
     references that are not provisioned yet (left as they are: ``run`` provisions them)."""
-    from quantrack.models_ref import is_ref
+    from quantrack.models.ref import is_ref
 
     missing: list[str] = []
 
@@ -441,7 +441,7 @@ def _apply_overrides(study: Any, o: dict[str, Any]) -> Any:
 
 def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     """A request from a study file; non-None ``overrides`` (from flags) win over the file."""
-    from quantrack.models_ref import check_local_files
+    from quantrack.models.ref import check_local_files
     from quantrack.study import load_study
 
     loaded = _apply_overrides(load_study(path), overrides)
@@ -449,15 +449,15 @@ def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
     study, unprovisioned = peek_model_refs(loaded)
     model = None
     if study.model.name:
-        from quantrack.hub import resolve_model
+        from quantrack.models.hub import resolve_model
 
         model = resolve_model(study.model.name)
     elif study.model.config:
-        from quantrack.hfconfig import load_hf_config
+        from quantrack.models.hfconfig import load_hf_config
 
         model = load_hf_config(study.model.config)
     elif study.model.gguf and study.model.gguf not in unprovisioned:
-        from quantrack.ggufmeta import load_gguf
+        from quantrack.models.ggufmeta import load_gguf
 
         model = load_gguf(study.model.gguf)
     gpu_name = overrides.pop("gpu", None) or study.gpu.name

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from quantrack.catalog import ModelShape
 from quantrack.errors import BadInput
+from quantrack.hardware.catalog import ModelShape
 
 
 def _field(reader: Any, key: str) -> Any:

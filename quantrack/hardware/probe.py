@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from quantrack.catalog import ModelShape
 from quantrack.errors import BadInput, EnvironmentMissing
+from quantrack.hardware.catalog import ModelShape
 
 # A verdict of "native" needs the FP8 stack to beat bf16 by at least this factor at some batch size.
 NATIVE_MIN_SPEEDUP = 1.05

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quantrack.catalog import CheckpointWeights, ModelShape
 from quantrack.errors import BadInput
+from quantrack.hardware.catalog import CheckpointWeights, ModelShape
 
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads")
 _SSM_KEYS = ("ssm_cfg", "mamba_d_state", "ssm_state_size", "mamba_expand", "linear_attn_config")

@@ -24,8 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from quantrack.catalog import ModelShape
 from quantrack.errors import BadInput
+from quantrack.hardware.catalog import ModelShape
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<rev>[A-Za-z0-9_./-]+))?$")
@@ -50,7 +50,7 @@ def is_hub_id(text: str | None) -> bool:
 
 def resolve_model(name: str) -> ModelShape:
     """The ModelShape for a ``--model`` value: ``ORG/NAME[@REV]`` from the Hub, anything else from the catalog."""
-    from quantrack import catalog
+    from quantrack.hardware import catalog
 
     if parse_hub_id(name) is None:
         return catalog.get_model(name)
@@ -78,14 +78,14 @@ def _hf_cache() -> str | None:
 
 
 def header_cache_path(repo: str, commit: str) -> Path:
-    from quantrack.gguf_models import default_cache_dir
+    from quantrack.models.gguf import default_cache_dir
 
     return default_cache_dir() / "hub-headers" / repo.replace("/", "--") / f"{commit}.json"
 
 
 def load_hub_model(ref: str) -> ModelShape:
     """Read ``config.json`` and the safetensors headers of a Hub checkpoint (cached) into a ModelShape."""
-    from quantrack.hfconfig import checkpoint_weights, shape_from_config
+    from quantrack.models.hfconfig import checkpoint_weights, shape_from_config
 
     parsed = parse_hub_id(ref)
     if parsed is None:

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from quantrack.catalog import GPU, gpus
 from quantrack.errors import EnvironmentMissing
-from quantrack.rulebook import NodeFacts, arch_from_cc
+from quantrack.hardware.catalog import GPU, gpus
+from quantrack.hardware.rulebook import NodeFacts, arch_from_cc
 
 NO_DRIVER = "no NVIDIA driver found (NVML could not be loaded); use --gpu NAME to check a GPU from the catalog"
 

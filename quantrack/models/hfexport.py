@@ -285,7 +285,7 @@ def export_hf(src: str | Path, dst: str | Path) -> dict[str, Any]:
     import gguf
     import numpy as np
 
-    from quantrack.gguf_models import sha256_file
+    from quantrack.models.gguf import sha256_file
 
     t0 = time.perf_counter()
     src, dst = Path(src), Path(dst)
@@ -324,7 +324,7 @@ def export_hf(src: str | Path, dst: str | Path) -> dict[str, Any]:
         "qk_unpermuted": ("llama.cpp@0c1e57098:conversion/llama.py:L176-L181 inverted" if spec.permute_qk else
                           "no (llama.cpp does not permute this architecture's Q/K rows)"),
         "tied_embeddings": tied,
-        "tool": f"quantrack.hfexport with gguf {getattr(gguf, '__version__', '0.19.0')}",
+        "tool": f"quantrack.models.hfexport with gguf {getattr(gguf, '__version__', '0.19.0')}",
     }
     part = dst.with_name(f"{dst.name}.part-{os.getpid()}")
     shutil.rmtree(part, ignore_errors=True)
