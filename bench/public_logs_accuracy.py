@@ -1,12 +1,16 @@
 """Parser accuracy and reconcile error on the public corpus (tests/data/public-logs/), as markdown tables.
 
-    python bench/public_logs_accuracy.py
+    python bench/public_logs_accuracy.py            # the three tables
+    python bench/public_logs_accuracy.py --summary  # the totals only (docs/benchmarks.md)
 
-Table 1: for every excerpt, the engine detected with --engine auto (and the marker that decided it) and how many of
-the figures its sidecar states (``# expect:``) the parser read exactly. Table 2: `quantrack logs reconcile` on the
-excerpts whose thread states the model and enough of the setup, with the settings listed (from the sidecar), the
-KV-token and weight errors per rank, or the one-line refusal. Printed for docs/capacity-model.md ("Logs from the
-wild"); nothing here is fitted: the capacity model is used as shipped.
+Table 1: for every excerpt, the engine detected with --engine auto (and the marker that decided it), how many of the
+figures its sidecar states (``# expect:``) the parser read exactly, and the kernel-choice lines (fallbacks and degraded
+paths) it flagged. A figure is *silently wrong* when the parser gives a value where the sidecar states another (or
+none). Table 2: every excerpt of a start that failed (``"startup_failed": true`` in its sidecar): whether the parser
+says so, and whether `logs reconcile` reports the failure instead of predicting a capacity. Table 3: `quantrack logs
+reconcile` on the excerpts whose thread states the model and enough of the setup, with the settings listed (from the
+sidecar), the KV-token and weight errors per rank, or the one-line refusal. Nothing here is fitted: the parser and
+the capacity model are used as shipped.
 """
 
 from __future__ import annotations
@@ -56,36 +60,120 @@ RECONCILE: list[tuple[str, list[str]]] = [
 ]
 
 
+# failed starts whose engine sized the cache before refusing (a max model length it cannot hold): `logs reconcile`
+# compares that cache only with --sized-before-failure
+SIZED_BEFORE_FAILURE = ("vllm-10517-rtx3090-llama31-8b-29k.log", "vllm-13061-2x4090-tp2-maxlen.log",
+                        "vllm-32105-pp-kv-too-small.log")
+# degraded-path kinds (quantrack.report.audit.DEGRADED_KINDS): kernel-choice lines that are not a fallback
+DEGRADED = ("kv_scale_uncalibrated", "q_scale_uncalibrated", "q_scale_missing", "moe_default_config",
+            "w8a8_block_fp8_default_config", "custom_allreduce_disabled", "xformers_extensions_missing",
+            "flash_attn_auto_disabled", "alloc_retried_without_pp")
+
+
 def _got(report: object, key: str) -> object:
     if key == "engine":
         return report.engine  # type: ignore[attr-defined]
-    if key in ("errors", "fallbacks"):
+    if key in ("errors", "fallbacks", "warnings"):
         return sorted({e.kind for e in getattr(report, key)})
     if key != "extra" and hasattr(report, key):
         return getattr(report, key)
     return report.extra.get(key)  # type: ignore[attr-defined]
 
 
-def accuracy() -> list[str]:
+def _expect(p: Path) -> tuple[dict, str]:
+    meta = (p.parent / f"{p.name}.meta").read_text()
+    want = json.loads(re.search(r"^# expect: (\{.*\})$", meta, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    return want, re.search(r"^# source: (\S+)", meta, re.MULTILINE).group(1)  # type: ignore[union-attr]
+
+
+def _kernel_kinds(want: dict) -> set[str]:
+    return set(want.get("fallbacks", [])) | {k for k in want.get("warnings", []) if k in DEGRADED}
+
+
+def accuracy(totals: dict[str, int]) -> list[str]:
     from quantrack.engines import parse_log_file
 
-    out = ["| excerpt | source | engine (auto) | decided by | figures read / stated |", "|---|---|---|---|---|"]
-    total_ok = total = engines_ok = 0
+    out = ["| excerpt | source | engine (auto) | decided by | figures read / stated | kernel lines flagged |",
+           "|---|---|---|---|---|---|"]
     files = sorted(LOGS.glob("*.log"))
+    for key in ("files", "engines_ok", "figures_ok", "figures", "wrong", "kernel_ok", "kernel"):
+        totals.setdefault(key, 0)
+    totals["files"] = len(files)
     for p in files:
-        meta = (p.parent / f"{p.name}.meta").read_text()
-        want = json.loads(re.search(r"^# expect: (\{.*\})$", meta, re.MULTILINE).group(1))  # type: ignore[union-attr]
-        url = re.search(r"^# source: (\S+)", meta, re.MULTILINE).group(1)  # type: ignore[union-attr]
-        r = parse_log_file(p)
-        ok = sum(1 for k, v in want.items() if (sorted(v) if isinstance(v, list) else v) == _got(r, k))
-        total_ok, total = total_ok + ok, total + len(want)
-        engines_ok += r.engine == want["engine"]
-        ev = r.engine_evidence[0] if r.engine_evidence else {}
+        want, url = _expect(p)
+        kern = _kernel_kinds(want)
         short = url.replace("https://github.com/", "")
+        try:
+            r = parse_log_file(p)
+        except Exception as exc:  # noqa: BLE001 - a refusal is an answer; anything else is counted as not read
+            refused = "refused" in want and want["refused"] in str(exc)
+            totals["engines_ok"] += refused
+            totals["figures_ok"] += refused
+            totals["figures"] += 1
+            out.append(f"| `{p.name}` | [{short}]({url}) | refused | - | {int(refused)} / 1 | - |")
+            continue
+        stated = {k: v for k, v in want.items() if k != "refused"}
+        ok = wrong = 0
+        for k, v in stated.items():
+            have, norm = _got(r, k), (sorted(v) if isinstance(v, list) else v)
+            if have == norm:
+                ok += 1
+            elif have not in (None, []) and k not in ("engine",):  # a value where the log states another, or none
+                wrong += 1
+        if "refused" in want:  # read as one run although it holds two: every figure of it is suspect
+            wrong += 1
+            stated["refused"] = want["refused"]
+        flagged = {e.kind for e in r.fallbacks} | {e.kind for e in r.warnings if e.kind in DEGRADED}
+        totals["engines_ok"] += r.engine == want["engine"]
+        totals["figures_ok"] += ok
+        totals["figures"] += len(stated)
+        totals["wrong"] += wrong
+        totals["kernel_ok"] += len(kern & flagged)
+        totals["kernel"] += len(kern)
+        ev = r.engine_evidence[0] if r.engine_evidence else {}
         out.append(f"| `{p.name}` | [{short}]({url}) | {r.engine} | {ev.get('marker', '-')} (line "
-                   f"{ev.get('line_no', '-')}) | {ok} / {len(want)} |")
-    out.append(f"| **all {len(files)}** | | **{engines_ok} / {len(files)}** | | **{total_ok} / {total}** |")
+                   f"{ev.get('line_no', '-')}) | {ok} / {len(stated)}{f' ({wrong} wrong)' if wrong else ''} | "
+                   f"{f'{len(kern & flagged)} / {len(kern)}' if kern else '-'} |")
+    out.append(f"| **all {len(files)}** | | **{totals['engines_ok']} / {len(files)}** | | **{totals['figures_ok']} / "
+               f"{totals['figures']}** ({totals['wrong']} silently wrong) | **{totals['kernel_ok']} / "
+               f"{totals['kernel']}** |")
     return out
+
+
+def failed_runs(totals: dict[str, int]) -> list[str]:
+    """Every excerpt of a failed start: said by the parser, and reconcile reports it instead of a prediction."""
+    from quantrack.engines import parse_log_file
+    from quantrack.engines.reconcile import reconcile
+    from quantrack.errors import QuantrackError
+
+    out = ["| excerpt | failure the parser names | reconcile (Llama-3.1-8B, bf16, H100) |", "|---|---|---|"]
+    for key in ("failed", "failed_said", "failed_predicted"):
+        totals.setdefault(key, 0)
+    for p in sorted(LOGS.glob("*.log")):
+        want, _ = _expect(p)
+        if want.get("startup_failed") is not True:
+            continue
+        totals["failed"] += 1
+        r = parse_log_file(p)
+        said = r.extra.get("startup_failure") if r.extra.get("startup_failed") else None
+        totals["failed_said"] += bool(said)
+        try:
+            res = reconcile(p, "Llama-3.1-8B", gpu="H100", arm=_bf16())
+            kv = next((x for x in res.rows if x.figure == "kv_cache_tokens"), None)
+            answer = f"PREDICTED {kv.predicted if kv else '?'} tokens for a failed start"
+            totals["failed_predicted"] += 1
+        except QuantrackError as exc:
+            answer = "refused: " + str(exc)[:110].replace("|", "/")
+        out.append(f"| `{p.name}` | {(said or 'not said')[:90].replace('|', '/')} | {answer} |")
+    out.append(f"| **{totals['failed']} failed starts** | **{totals['failed_said']} said** | "
+               f"**{totals['failed_predicted']} predicted** |")
+    return out
+
+
+def _bf16() -> object:
+    from quantrack.arms import parse_arm_spec
+
+    return parse_arm_spec("bf16")
 
 
 def reconcile_table() -> list[str]:
@@ -107,6 +195,8 @@ def reconcile_table() -> list[str]:
                   if k == "util" else v) for k, v in opts.items()
               if k in ("gpu", "util", "tp", "context_len", "max_num_batched_tokens", "max_num_seqs")}
         arm = parse_arm_spec(opts["arm"]) if "arm" in opts else None
+        if name in SIZED_BEFORE_FAILURE:  # failed after sizing the cache: compared only when asked to
+            kw["sized_before_failure"] = True  # type: ignore[assignment]
         try:
             res = reconcile(LOGS / name, shape, arm=arm, **kw)  # type: ignore[arg-type]
         except QuantrackError as exc:
@@ -128,8 +218,21 @@ def reconcile_table() -> list[str]:
     return out
 
 
-def main() -> int:
-    print("\n".join(accuracy()))
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    totals: dict[str, int] = {}
+    table1 = accuracy(totals)
+    table2 = failed_runs(totals)
+    if "--summary" in args:
+        print(f"excerpts: {totals['files']}; engine detected: {totals['engines_ok']} / {totals['files']}; figures read "
+              f"exactly: {totals['figures_ok']} / {totals['figures']}; silently wrong: {totals['wrong']}; kernel-choice "
+              f"lines flagged (fallback + degraded): {totals['kernel_ok']} / {totals['kernel']}; failed starts said: "
+              f"{totals['failed_said']} / {totals['failed']}; capacities predicted for a failed start: "
+              f"{totals['failed_predicted']}")
+        return 0
+    print("\n".join(table1))
+    print()
+    print("\n".join(table2))
     print()
     print("\n".join(reconcile_table()))
     return 0

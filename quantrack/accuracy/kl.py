@@ -23,17 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from quantrack.accuracy.texts import TextPair
 from quantrack.engines import ENGINE_KINDS as ENGINES
 from quantrack.engines import get_adapter
-from quantrack.engines.scoring import (  # noqa: F401 - the per-engine wire format, re-exported
-    TopK,
-    llamacpp_request,
-    parse_llamacpp,
-    parse_sglang,
-    parse_tokenize,
-    parse_vllm,
-    sglang_request,
-    truncate_topk,
-    vllm_request,
-)
+from quantrack.engines.scoring import TopK, parse_tokenize, truncate_topk  # noqa: F401 - re-exported
 from quantrack.errors import BadInput, EngineError, unknown
 
 DEFAULT_TOKENS = 2000

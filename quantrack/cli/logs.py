@@ -13,7 +13,8 @@ from quantrack.engines import ENGINE_KINDS
 _ENGINES = ["auto", *ENGINE_KINDS]
 _COLUMNS = ["source", "engine", "engine_evidence", "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens",
             "max_concurrency", "max_concurrency_context", "cuda_graph_gib", "quantization", "linear_kernel",
-            "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "warnings", "errors", "not_found"]
+            "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "warnings", "errors", "failed_start",
+            "not_found"]
 
 
 @click.group("logs")
@@ -28,6 +29,8 @@ def _row(report: Any) -> dict[str, Any]:
     d["source"] = Path(d["source"]).name if d.get("source") else None
     for key in ("fallbacks", "warnings", "errors"):
         d[key] = [f"{e['kind']}@{e['line_no']}" for e in d[key]]
+    ex = d.get("extra") or {}
+    d["failed_start"] = (ex.get("startup_failure") or "yes") if ex.get("startup_failed") else "no"
     ev = d.get("engine_evidence") or []
     d["engine_evidence"] = "; ".join(f"{e['marker']}@{e['line_no']}" for e in ev[:2]) or None
     return {k: d.get(k) for k in _COLUMNS}
@@ -125,17 +128,21 @@ def _shape(opts: dict[str, Any]) -> Any:
                    "Default: vLLM V1's default for the GPU.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
               help="vLLM: max_num_seqs the engine ran with (V0 default 256). Default: V1's default for the GPU.")
+@click.option("--sized-before-failure", is_flag=True, default=False,
+              help="Compare a start that failed after the engine sized its KV cache (a max model length the cache "
+                   "cannot hold): the sized cache is measured. Refused for a failure that sized nothing.")
 @click.option("--engine", type=click.Choice(_ENGINES), default="auto", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | None, util: float | None,
                   context_len: int | None, tp: int | None, pp: int | None, dp: int | None, slots: int | None,
-                  max_num_batched_tokens: int | None, max_num_seqs: int | None, engine: str, fmt: str,
-                  **model_opts: Any) -> None:
+                  max_num_batched_tokens: int | None, max_num_seqs: int | None, sized_before_failure: bool,
+                  engine: str, fmt: str, **model_opts: Any) -> None:
     """The engine-aware prediction (derived) next to the log's figures (measured), error in %, per rank and in
     total.
 
     The arm comes from the log's quantization lines or --arm; device memory: --vram if given, else the total the
-    log reports (vLLM V0's total_gpu_memory), else --gpu's."""
+    log reports (vLLM V0's total_gpu_memory), else --gpu's. A start that failed is reported, not compared (see
+    --sized-before-failure); a llama.cpp log that states no context needs --context-len."""
     from quantrack.engines.reconcile import reconcile
 
     arm = None
@@ -146,7 +153,7 @@ def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | 
     shape = _shape(model_opts)
     result = reconcile(file, shape, gpu=gpu, util=util, context_len=context_len, engine=engine, vram=vram, tp=tp,
                        pp=pp, dp=dp, arm=arm, slots=slots, max_num_batched_tokens=max_num_batched_tokens,
-                       max_num_seqs=max_num_seqs)
+                       max_num_seqs=max_num_seqs, sized_before_failure=sized_before_failure)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         return
@@ -158,6 +165,9 @@ def reconcile_cmd(file: str, arm_spec: str | None, gpu: str | None, vram: str | 
              f"arm {result.arm.name} (from {result.arm_source}), {layout}, context {result.context_len}")
     click.echo(render(data["rows"], "table", title=title,
                       headers={"predicted": "predicted (derived)", "log": "log (measured)", "error_pct": "error %"}))
+    if result.startup_failure:
+        click.echo(f"FAILED start: {result.startup_failure}; compared: the KV cache the engine sized before it "
+                   "refused (--sized-before-failure)")
     click.echo("parallel layout: " + "; ".join(f"{k} {result.parallel[k]} ({v})"
                                                   for k, v in result.parallel_basis.items()))
     if result.memory_basis:

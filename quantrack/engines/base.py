@@ -16,9 +16,22 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from quantrack.arms import Arm
 
 if TYPE_CHECKING:
-    from quantrack.engines.logparse import FileSource, RuleSpec
-    from quantrack.hardware.capacity import CapacitySettings, EnginePrediction
     from quantrack.hardware.catalog import ModelShape
+
+_GIB = 2**30
+# a log-parsing rule (quantrack.engines.logparse.RuleSpec, typed exactly there): (keyword, handler[, done])
+RuleSpec = tuple[str, Callable[..., None]] | tuple[str, Callable[..., None], Callable[..., bool]]
+
+
+class FileSource:
+    """A log file to scan in blocks (much faster than line by line for big logs; quantrack.engines.logparse)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+# the package's parse_log_file (quantrack.engines), set when the package is imported: the one parse entry point
+parse_captured_log: Callable[..., LogReport] | None = None
 
 
 @dataclass
@@ -63,6 +76,57 @@ class LogReport:
     @property
     def fell_back(self) -> bool:
         return bool(self.fallbacks)
+
+
+# --- what a capacity prediction takes and gives (quantrack.capacity does the arithmetic) -------------------
+@dataclass(frozen=True)
+class CapacitySettings:
+    """The engine settings one capacity prediction assumes (None: the engine's own default); each adapter's
+    ``predict_capacity`` reads the ones its engine has."""
+
+    util: float | None = None
+    context_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    tp: int = 1
+    max_num_seqs: int | None = None
+    gpu_name: str | None = None
+    block_size: int = 16
+    page_size: int = 1
+    n_parallel: int = 1
+    kv_unified: bool = False
+    reserve_bytes: float | None = None
+    kv_cache_memory_bytes: float | None = None
+
+
+@dataclass
+class EnginePrediction:
+    """What one engine is predicted to log for one arm (derived)."""
+
+    engine: str
+    arm: str
+    kv_dtype: str
+    naive_tokens: int
+    engine_tokens: int
+    weights_bytes: float  # per rank, as the engine holds them
+    kv_bytes: float  # per rank, the KV pool the engine allocates
+    kv_bytes_per_token: float  # per rank
+    reserved: dict[str, float] = field(default_factory=dict)  # bytes per component (per rank)
+    settings: dict[str, Any] = field(default_factory=dict)  # the engine settings the prediction assumed
+    assumptions: list[str] = field(default_factory=list)
+    context_len: int | None = None
+
+    @property
+    def max_concurrency(self) -> float | None:
+        return None if not self.context_len else self.engine_tokens / self.context_len
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["weights_gib"] = round(self.weights_bytes / _GIB, 4)
+        d["kv_gib"] = round(self.kv_bytes / _GIB, 4)
+        d["reserved_gib"] = {k: round(v / _GIB, 4) for k, v in self.reserved.items()}
+        d["max_concurrency"] = None if self.max_concurrency is None else round(self.max_concurrency, 2)
+        d["basis"] = "derived"
+        return d
 
 
 @dataclass
@@ -258,9 +322,8 @@ class EngineAdapter(ABC):
     def parse_log_file(self, path: str | Path) -> LogReport:
         """A log the runner captured, streamed from disk; every engine's fallback catalogue is looked for too
         (quantrack.engines.parse_log_file with this engine given; an empty or binary file gives not-found fields)."""
-        from quantrack.engines import parse_log_file
-
-        return parse_log_file(path, self.kind, strict=False)
+        assert parse_captured_log is not None, "quantrack.engines sets it on import"
+        return parse_captured_log(path, self.kind, strict=False)
 
     def loaded(self, report: LogReport) -> bool:
         """The log got as far as loading the weights, where fallback lines are printed: a log without any of

@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import quantrack.engines as _engines
-from quantrack.engines import ENGINE_KINDS as ENGINES  # the one registry
+from quantrack.engines import registry as _engines
 from quantrack.engines.base import Marker
+from quantrack.engines.registry import ENGINE_KINDS as ENGINES  # the one registry
 
 MIN_SCORE = 3
 MARGIN = 3

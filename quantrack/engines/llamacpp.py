@@ -37,6 +37,8 @@ from quantrack.engines.logparse import (
     scan,
     startup_only,
 )
+from quantrack.engines.runcheck import StartLine, run_rules, settle
+from quantrack.engines.scoring import TopK, truncate_topk
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
@@ -89,11 +91,46 @@ _TYPE_COUNT = re.compile(r"llama_model_loader: - type\s+(\w+):\s+(\d+) tensors")
 # old builds: "llm_load_tensors:      CUDA0 buffer size =  5434.38 MiB" (github.com/ggml-org/llama.cpp/pull/6122)
 _MODEL_BUF = re.compile(r"load_tensors:\s+(\S+) (?:model )?buffer size =\s+([\d.]+) MiB")  # llama-model.cpp:L1930
 _OFFLOAD = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")           # llama-model.cpp:L1924
-_CTX = re.compile(r"(?:llama_context|llama_new_context_with_model): (n_ctx|n_ctx_seq|n_ctx_per_seq|n_seq_max|flash_attn|"
-                  r"mla_attn|kv_unified|n_batch|n_ubatch)\s+= (\S+)")  # llama-context.cpp:L309-L315; old prefix: PR 6122
+_CTX = re.compile(r"(?:llama_context|llama_new_context_with_model|llama_init_from_model|llama_model_load_internal): "
+                  r"(n_ctx|n_ctx_seq|n_ctx_per_seq|n_seq_max|flash_attn|mla_attn|kv_unified|n_batch|n_ubatch)\s+= (\S+)")
+# ^ llama-context.cpp:L309-L315; old prefixes: llama_new_context_with_model (PR 6122), llama_init_from_model (early 2025,
+# llamacpp-lcppython1944-...), llama_model_load_internal (2023 GGML era, llamacpp-1956-...)
+# "n_ctx_seq (16384) < n_ctx_train (163840) -- the full capacity of the model will not be utilized" (also n_ctx_per_seq)
+_CTX_SEQ_WARN = re.compile(r"(n_ctx_seq|n_ctx_per_seq) \((\d+)\) < n_ctx_train")
+# "llama_kv_cache_unified: kv_size = 4096, type_k = 'f16', ..." / "llama_kv_cache_init: kv_size = 4096, offload = 1,
+# type_k = 'f16', type_v = 'f16', n_layer = 32" (2024-2025 builds): the cache's cells, i.e. the context it holds
+_KV_SIZE = re.compile(r"llama_kv_cache(?:_init|_unified)?: kv_size = (\d+)(?:.*?type_k = '(\w+)', type_v = '(\w+)')?")
+_OLD_FTYPE = re.compile(r"llama_model_load_internal: ftype\s+= \d+ \(mostly (\w+)\)")  # 2023 (llamacpp-1956-...)
+# the MLA cache line (ik_llama.cpp, DeepSeek): "KV self size  = 1166.62 MiB, c^KV (q8_0): 1166.62 MiB, kv^T: not used"
+_KV_SELF_MLA = re.compile(r"KV self size\s+=\s+([\d.]+) MiB, c\^KV \((\w+)\):\s+([\d.]+) MiB")
+# 2023: "llama_new_context_with_model: kv self size  = 1024.00 MB" (llama.cpp's MB is MiB; llamacpp-3616-...)
+_KV_SELF_OLD = re.compile(r"kv self size\s+=\s+([\d.]+) MB")
 # old builds: "llama_new_context_with_model: KV self size  = 5120.00 MiB, K (f16): 2560.00 MiB, V (f16): 2560.00 MiB"
 # (github.com/ggml-org/llama.cpp/pull/6122, /issues/5137)
 _KV_SELF = re.compile(r"KV self size\s+=\s+([\d.]+) MiB, K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB")
+# llama.cpp failures at start (ggml-cuda.cu alloc_buffer, llama-kv-cache / llama-context errors as printed in
+# tests/data/public-logs: llamacpp-iklcpp749-..., llamacpp-lcppython1944-..., llamacpp-ollama6860-...)
+_FAILURES: tuple[tuple[str, str], ...] = (
+    ("cudaMalloc failed", "cuda_malloc_failed"),
+    ("failed to allocate buffer for kv cache", "kv_cache_init_failed"),
+    ("llama_kv_cache_init() failed", "kv_cache_init_failed"),
+    ("failed to allocate compute buffers", "compute_buffer_alloc_failed"),
+    ("failed to create context", "context_creation_failed"),
+)
+# devices other backends name: SYCL's table row "| 0|[level_zero:gpu:0]|  Intel(R) Arc(TM) A770 Graphics|  1.3|..."
+# (llamacpp-6036-...), "Using device 0 (Intel(R) Arc(TM) A770 Graphics) as main device" (ollama PR 2458),
+# "using device SYCL0 (Intel(R) Arc(TM) A770 Graphics) (unknown id) - 15473 MiB free" (llamacpp-20338-...),
+# 2023 CUDA "Device 0: NVIDIA GeForce RTX 3090" without a capability (llamacpp-1956-...)
+_SYCL_ROW = re.compile(r"^\|\s*\d+\|\s*\[[\w:]+gpu:\d+\]\|\s*(.+?)\|\s*[\d.]+\|")
+_MAIN_DEV = re.compile(r"[Uu]sing device (\w+) \(((?:[^()]|\([^()]*\))+)\)(?: \([^()]*\))?(?: as main device| - (\d+) MiB "
+                       r"free)")  # a name may hold "(R)" / "(TM)"; the optional "(0000:01:00.0)" / "(unknown id)" is the id
+_BARE_DEV = re.compile(r"^\s*Device \d+: ([^,]+?)\s*$")
+_FOUND_DEVS = re.compile(r"found (\d+) (CUDA|ROCm|SYCL|Vulkan) devices")
+_PARALLEL = re.compile(r"setting n_parallel = (\d+) and kv_unified = (\w+)")  # llama-server 2025 (llamacpp-rocm5901-...)
+# ik_llama.cpp / 2024 server JSON-ish lines: "INFO [ init] initializing slots | ... n_slots=1",
+# "INFO [ init] new slot | ... id_slot=0 n_ctx_slot=32768" (llamacpp-iklcpp259-...)
+_SLOTS_KV = re.compile(r"initializing slots \|.*?\bn_slots=(\d+)")
+_SLOT_KV = re.compile(r"new slot \|.*?\bid_slot=(\d+) n_ctx_slot=(\d+)")
 _ISWA = re.compile(r"creating (non-SWA|SWA) KV cache, size = (\d+) cells")  # github.com/ggml-org/llama.cpp/issues/14043
 _KV_TOTAL = re.compile(                                                                # llama-kv-cache.cpp:L301
     r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/(\d+) seqs\), "
@@ -112,10 +149,11 @@ _BUILD_INFO = re.compile(r"build_info: (\S+)")                                  
 _XLLAMACPP_VERSION = re.compile(r"^quantrack-xllamacpp: (xllamacpp \S+)")
 _NO_BUILD_INFO = re.compile(r"^b0-unknown$")  # llama.cpp built without its version (build number 0, no commit)
 _BUILD = re.compile(r"\b(?:build(?::| =)|version:) (\d+ \([0-9a-f]+\))")  # "version: 5201 (85f36e5e)" (issue 13145)  # "main: build = 1971 (1182cf4d)" (issue 5137)
-_CUDA_DEV = re.compile(r"Device \d+: (.+?), compute capability (\d+\.\d+)")            # ggml-cuda.cu:L345
+_CUDA_DEV = re.compile(r"Device \d+: (.+?),\s+compute capability (\d+\.\d+)")         # ggml-cuda.cu:L345
 _USING_DEV = re.compile(r"using device (\S+) \((.+?)\)")                                # llama.cpp:L306
 _CPU_DEV = re.compile(r"- CPU\s+: (.+?) \(\d+ MiB")                                     # real xllamacpp log
-_FA_AUTO = re.compile(r"Flash Attention (enabled|not supported, set to disabled)")      # llama-context.cpp:L550-L553
+_FA_AUTO = re.compile(r"Flash Attention (enabled|not supported, set to disabled|was auto, set to disabled)")
+# ^ llama-context.cpp:L550-L553; "was auto, set to disabled" (2026, llamacpp-lmstudio1454-...)
 _FALLBACK_Q = re.compile(r"(\d+) of (\d+) tensor\(s\) required fallback quantization")  # llama-quant.cpp
 
 
@@ -224,68 +262,192 @@ def _offload(b: ReportBuilder, ln: Line) -> None:
 
 
 def _ctx(b: ReportBuilder, ln: Line) -> None:
-    m = _CTX.search(ln.text)
+    t = ln.text
+    m = _CTX.search(t)
     if m:
         key, val = m.group(1), m.group(2)
+        key = "n_ctx_seq" if key == "n_ctx_per_seq" else key
         b.extra(key, parse_int(val) if key.startswith("n_") or key == "mla_attn" else val)
         if key == "flash_attn" and val in ("enabled", "disabled", "on", "off", "true", "false", "1", "0"):
             b.set("attention_backend", "flash_attn" if val in ("enabled", "on", "true", "1") else "standard")
         return
-    m = _KV_SELF.search(ln.text)
-    if m and "kv_mib" not in b.report.extra:
+    m = _CTX_SEQ_WARN.search(t)
+    if m:
+        b.extra("n_ctx_seq", int(m.group(2)))
+        return
+    m = _OLD_FTYPE.search(t)
+    if m:
+        b.extra("file_type", f"mostly {m.group(1)}")
+        b.set("quantization", m.group(1))
+        return
+    m = _KV_SELF.search(t)
+    if m:
         total, ktype, kmib, vtype, vmib = float(m.group(1)), m.group(2), float(m.group(3)), m.group(4), float(m.group(5))
-        b.report.extra.update({"kv_mib": total, "k_type": ktype, "k_mib": kmib, "v_type": vtype, "v_mib": vmib})
-        b.set("available_kv_gib", round(total / 1024, 4))
+        _kv_line(b, ln, "KV self size line", total, {"k_type": ktype, "k_mib": kmib, "v_type": vtype, "v_mib": vmib})
         b.set("kv_cache_dtype", ktype if ktype == vtype else f"K={ktype},V={vtype}")
+        return
+    m = _KV_SELF_MLA.search(t)
+    if m:
+        _kv_line(b, ln, "KV self size line (MLA c^KV)", float(m.group(1)), {"k_type": m.group(2)})
+        b.set("kv_cache_dtype", m.group(2))
+        b.extra("mla_cache", True)
+        return
+    m = _KV_SELF_OLD.search(t)
+    if m:
+        _kv_line(b, ln, "kv self size line (MB = MiB)", float(m.group(1)), {})
+
+
+def _kv_line(b: ReportBuilder, ln: Line, what: str, mib: float, parts: dict[str, Any], cells: int | None = None,
+             layers: int | None = None) -> None:
+    """One whole-cache line (a "size =" line, a "KV self size" line): collected, the cache chosen at the end
+    (``_resolve_kv``)."""
+    lines = b.report.extra.setdefault("_kv_lines", [])
+    if len(lines) < 16:
+        lines.append({"what": what, "mib": mib, "line_no": ln.no, "cells": cells, "layers": layers, **parts})
+    b.extra("_kv_total_seen", True)
 
 
 def _fa_auto(b: ReportBuilder, ln: Line) -> None:
     m = _FA_AUTO.search(ln.text)
     if m:
         b.set("attention_backend", "flash_attn" if m.group(1) == "enabled" else "standard", overwrite=True)
+        if m.group(1).startswith("was auto"):
+            # auto resolved to off: the attention runs without flash attention (degraded, not a substituted kernel)
+            b.warning("flash_attn_auto_disabled", ln)
 
 
 def _kv(b: ReportBuilder, ln: Line) -> None:
-    m = _KV_TOTAL.search(ln.text)
+    t = ln.text
+    m = _KV_TOTAL.search(t)
     if m:
         total, cells, layers, seqs, streams = (float(m.group(1)), int(m.group(2)), int(m.group(3)),
                                                int(m.group(4)), int(m.group(5)))
         ktype, kmib, vtype, vmib = m.group(6), float(m.group(7)), m.group(8), float(m.group(9))
-        if "kv_mib" in b.report.extra:
-            return
-        b.report.extra.update({
-            "kv_mib": total, "kv_cells": cells, "kv_layers": layers, "kv_seqs": seqs, "kv_streams": streams,
-            "k_type": ktype, "k_mib": kmib, "v_type": vtype, "v_mib": vmib,
-        })
-        b.set("available_kv_gib", round(total / 1024, 4))
-        # cells are per stream: "512 cells x 4 streams" for 4 slots without a unified cache (§1.5)
-        b.set("kv_cache_tokens", cells * streams)
-        b.set("kv_cache_dtype", ktype if ktype == vtype else f"K={ktype},V={vtype}")
+        _kv_line(b, ln, "llama_kv_cache size line", total,
+                 {"k_type": ktype, "k_mib": kmib, "v_type": vtype, "v_mib": vmib, "seqs": seqs, "streams": streams},
+                 cells=cells, layers=layers)
+        b.extra("kv_cells_stated", cells * streams)  # the context the cache was built for, whatever its layers
+        if layers > 0:
+            b.set("kv_cache_dtype", ktype if ktype == vtype else f"K={ktype},V={vtype}")
+        else:
+            b.extra("_kv_zero_line", True)
         return
-    m = _KV_BUF.search(ln.text)
-    if m:
+    m = _KV_BUF.search(t)
+    if m:  # one line per device and cache: iSWA prints a non-SWA and a SWA buffer for the same device
         bufs = b.report.extra.setdefault("kv_buffers_mib", {})
-        bufs.setdefault(m.group(1), float(m.group(2)))
+        bufs[m.group(1)] = round(bufs.get(m.group(1), 0.0) + float(m.group(2)), 2)
         return
-    m = _ISWA.search(ln.text)
+    m = _ISWA.search(t)
     if m:
         b.extra("kv_cells_non_swa" if m.group(1) == "non-SWA" else "kv_cells_swa", int(m.group(2)))
+        return
+    m = _KV_SIZE.search(t)
+    if m:
+        b.extra("kv_size", int(m.group(1)))
+        if m.group(2):
+            b.set("kv_cache_dtype", m.group(2) if m.group(2) == m.group(3) else f"K={m.group(2)},V={m.group(3)}")
+
+
+def _resolve_kv(r: LogReport) -> None:
+    """Which KV line is the cache. Per-device KV buffers are what was allocated: their sum is the cache. A whole-cache
+    line (a "size =" line, "KV self size") is used when no buffer line is in the log, or when it is larger than the
+    buffers seen (the excerpt lost some devices' buffer lines). A "size =" line for 0 layers (an iSWA half that holds
+    no layer) is not a cache; with iSWA the cache is both halves. Whatever was chosen is said in ``kv_mib_source``,
+    and a line that disagrees is named there with why it was not used."""
+    ex = r.extra
+    lines = [x for x in ex.pop("_kv_lines", []) if x["layers"] is None or x["layers"] > 0]
+    ex.pop("_kv_total_seen", None)
+    bufs = ex.get("kv_buffers_mib") or {}
+    buf_sum = round(sum(bufs.values()), 2) if bufs else None
+    size_lines = [x for x in lines if x["what"] == "llama_kv_cache size line"]
+    total_line = None
+    if size_lines:  # iSWA prints one per half: the cache is their sum
+        total_line = {"what": "llama_kv_cache size line" + (f"s ({len(size_lines)}, summed)" if len(size_lines) > 1
+                                                             else ""),
+                      "mib": round(sum(x["mib"] for x in size_lines), 2), "line_no": size_lines[0]["line_no"],
+                      "cells": size_lines[0]["cells"], "parts": size_lines}
+    elif lines:
+        total_line = lines[0]
+    tol = 0.01 * max(len(bufs), 1) + 0.05  # each buffer printed to 0.01 MiB
+    chosen: float | None = None
+    if buf_sum is not None:
+        ex["kv_buffer_devices"] = len(bufs)
+        if total_line is not None and total_line["mib"] > buf_sum + tol:
+            chosen = total_line["mib"]
+            ex["kv_mib_source"] = (f"{total_line['what']} (line {total_line['line_no']}): the per-device KV buffers "
+                                   f"in the log sum to {buf_sum} MiB, less than the whole cache, so some devices' "
+                                   "buffer lines are not in it")
+        else:
+            chosen = buf_sum
+            src = f"sum of {len(bufs)} per-device KV buffer(s) ({', '.join(bufs)})"
+            if total_line is not None and abs(total_line["mib"] - buf_sum) > tol:
+                src += (f"; the {total_line['what']} (line {total_line['line_no']}) says {total_line['mib']} MiB, less "
+                        "than the buffers allocated: it is not the whole cache")
+            elif total_line is not None:
+                src += f"; the {total_line['what']} (line {total_line['line_no']}) agrees ({total_line['mib']} MiB)"
+            ex["kv_mib_source"] = src
+    elif total_line is not None:
+        chosen = total_line["mib"]
+        ex["kv_mib_source"] = f"{total_line['what']} (line {total_line['line_no']}); no per-device buffer lines"
+    if chosen is not None:
+        ex["kv_mib"] = chosen
+        r.available_kv_gib = round(chosen / 1024, 4)
+        single = total_line if total_line is not None and len(total_line.get("parts", [total_line])) == 1 else None
+        if single is not None:
+            part = single.get("parts", [single])[0]
+            for key in ("k_type", "k_mib", "v_type", "v_mib"):
+                if part.get(key) is not None:
+                    ex.setdefault(key, part[key])
+    if size_lines and r.kv_cache_tokens is None:
+        first = size_lines[0]
+        streams = first.get("streams") or 1
+        ex.update({"kv_cells": first["cells"], "kv_layers": sum(x["layers"] for x in size_lines),
+                   "kv_seqs": first.get("seqs"), "kv_streams": streams})
+        # cells are per stream: "512 cells x 4 streams" for 4 slots without a unified cache (engine-facts §1.5)
+        r.kv_cache_tokens = int(first["cells"]) * int(streams)
+    if chosen is not None and ex.get("kv_cells_non_swa") and not ex.get("kv_cells_swa"):
+        # iSWA builds a non-SWA and a SWA cache; only the first one's lines are in the log: half a cache is not the cache
+        ex["kv_mib_non_swa"] = chosen
+        ex["kv_unknown_reason"] = (f"iSWA cache: only the non-SWA half's lines are in the log ({chosen} MiB); the SWA "
+                                   "half's are not, so the whole cache is unknown")
+        ex.pop("kv_mib", None)
+        ex.pop("kv_mib_source", None)
+        r.available_kv_gib = None
+        return
+    if chosen is None:
+        why = ("the only llama_kv_cache size line holds 0 layers (an iSWA half with no layer is not the cache) and "
+               "the other half's line is not in the log") if ex.get("_kv_zero_line") else \
+            "no KV cache line (per-device KV buffer, size =, KV self size) in the log"
+        ex["kv_unknown_reason"] = why
+    ex.pop("_kv_zero_line", None)
 
 
 def _slots(b: ReportBuilder, ln: Line) -> None:
-    m = _SLOTS.search(ln.text)
+    t = ln.text
+    m = _SLOTS.search(t) or _SLOTS_KV.search(t)
     if m:
         b.extra("n_slots", int(m.group(1)))
         b.set("max_concurrency", float(m.group(1)))
-        if m.group(2):
+        if m.re is _SLOTS and m.group(2):
             b.set("max_concurrency_context", int(m.group(2)))
         return
-    m = _SLOT_LINE.search(ln.text)
+    m = _SLOT_KV.search(t)
+    if m:
+        ids = b.report.extra.setdefault("_slot_ids", set())
+        ids.add(int(m.group(1)))
+        b.set("max_concurrency_context", int(m.group(2)))
+        return
+    m = _SLOT_LINE.search(t)
     if m:
         slot, n_ctx = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
         ids = b.report.extra.setdefault("_slot_ids", set())
         ids.add(int(slot))
         b.set("max_concurrency_context", int(n_ctx))
+        return
+    m = _PARALLEL.search(t)
+    if m:
+        b.extra("n_parallel", int(m.group(1)))
+        b.extra("kv_unified", m.group(2))
 
 
 def _xllamacpp_version(b: ReportBuilder, ln: Line) -> None:
@@ -301,17 +463,37 @@ def _build(b: ReportBuilder, ln: Line) -> None:
 
 
 def _device(b: ReportBuilder, ln: Line) -> None:
-    m = _CUDA_DEV.search(ln.text)
+    t = ln.text
+    m = _FOUND_DEVS.search(t)
     if m:
-        b.set("gpu", m.group(1))
+        b.extra("gpu_count", int(m.group(1)))
+        b.extra("gpu_backend", m.group(2))
+        return
+    m = _CUDA_DEV.search(t)
+    if m:
+        b.set("gpu", m.group(1).strip())
         b.extra("compute_capability", m.group(2))
         return
-    m = _ROCM_DEV.search(ln.text)
+    m = _ROCM_DEV.search(t)
     if m:
         b.set("gpu", m.group(1))
         b.extra("gpu_arch", m.group(2))
         return
-    m = _CPU_DEV.search(ln.text)
+    m = _MAIN_DEV.search(t)
+    if m:
+        b.set("gpu", m.group(2).strip(), overwrite=True)  # the device the model runs on, over a list's first entry
+        if m.group(3):
+            b.extra("device_free_mib", int(m.group(3)))
+        return
+    m = _SYCL_ROW.search(t)
+    if m:
+        b.set("gpu", m.group(1).strip())
+        return
+    m = _BARE_DEV.search(t)
+    if m:
+        b.set("gpu", m.group(1).strip())
+        return
+    m = _CPU_DEV.search(t)
     if m:
         b.extra("device", f"CPU: {m.group(1)}")
 
@@ -325,15 +507,24 @@ def _fallback_q(b: ReportBuilder, ln: Line) -> None:
 
 def _errors(b: ReportBuilder, ln: Line) -> None:
     t = ln.text
-    if "quantized V cache requires flash_attn" in t or "requires Flash Attention" in t:
+    for needle, kind in _FAILURES:
+        if needle in t:
+            b.error(kind, ln)
+            return
+    if "retrying without pipeline parallelism" in t:
+        b.warning("alloc_retried_without_pp", ln)  # the allocation errors before it did not end the start
+    elif "quantized V cache requires flash_attn" in t or "requires Flash Attention" in t:
         b.error("quantized_v_cache_needs_flash_attn", ln)
     elif "Unsupported cache type" in t:
         b.error("unsupported_cache_type", ln)
-    elif (ln.level == "ERROR" or "failed to load model" in t or "error loading model" in t) and len(b.report.errors) < 50:
+    elif "failed to load model" in t or "error loading model" in t:
+        b.error("model_load_failed", ln)
+    elif ln.level == "ERROR" and len(b.report.errors) < 50:
         b.error("error", ln)
 
 
-_KV_DONE = done_when("kv_mib")
+# KV lines are printed at start-up, all together: searched in the first two 4 MiB blocks, or until a whole-cache line
+_KV_DONE = startup_only(2, "_kv_total_seen")
 # Fallback and degraded-mode lines: looked for in every log, whatever engine was detected.
 FALLBACK_RULES: list[RuleSpec] = [
     ("layers to GPU", _offload, startup_only(2, "offloaded_layers")),  # printed while the tensors load
@@ -351,37 +542,53 @@ RULES: list[RuleSpec] = [
     ("load_tensors:", _model_buf, _KV_DONE),
     ("llama_context:", _ctx, _KV_DONE),
     ("context_with_model:", _ctx, _KV_DONE),
+    ("llama_init_from_model:", _ctx, _KV_DONE),
+    ("llama_model_load_internal:", _ctx, startup_only()),
+    ("< n_ctx_train", _ctx, startup_only()),
     ("Flash Attention", _fa_auto, done_when("attention_backend")),
     ("KV self size", _ctx, _KV_DONE),
+    ("kv self size", _ctx, _KV_DONE),
     ("llama_kv_cache", _kv, _KV_DONE),
     ("n_slots =", _slots, done_when("n_slots")),
+    ("n_slots=", _slots, done_when("n_slots")),
     ("new slot", _slots, done_when("n_slots")),
     ("-> Slot ", _slots, done_when("n_slots")),
+    ("setting n_parallel", _slots, startup_only()),
     ("quantrack-xllamacpp: xllamacpp ", _xllamacpp_version, startup_only()),
     ("build", _build, done_when("engine_version")),
     ("version: ", _build, done_when("engine_version")),
     ("Device ", _device, _KV_DONE),
+    ("devices:", _device, startup_only()),
+    ("sing device ", _device, startup_only()),
+    ("|[", _device, startup_only(2, "gpu")),
     ("- CPU ", _device, _KV_DONE),
     ("enabling flash_attn since it is required", lambda b, ln: b.warning("flash_attn_forced_for_v_cache", ln),
      startup_only()),
     ("error", _errors),
     ("failed", _errors),
+    ("retrying without pipeline parallelism", _errors, startup_only()),
     ("Unsupported cache type", _errors, startup_only()),
     ("requires", _errors),
     (" E ", _errors),
 ]
 
 
+# lines a llama.cpp launch prints once (quantrack.engines.runcheck: one log, one run)
+START_LINES: tuple[StartLine, ...] = (("build", "main: build = ", "llama.cpp build line"),
+                                      ("build", "build: ", "llama.cpp build line"))
+
+
 def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                        extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("llamacpp", source, EXPECTED)
-    scan(lines, b, [*RULES, *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
     r = b.report
     slot_ids = r.extra.pop("_slot_ids", None)
     if slot_ids and "n_slots" not in r.extra:
         r.extra["n_slots"] = len(slot_ids)
         r.max_concurrency = float(len(slot_ids))
         r.extra.setdefault("derived", {})["n_slots"] = "distinct slot ids in the per-slot lines"
+    _resolve_kv(r)
     if r.kv_cache_tokens is None and "kv_mib" in r.extra and r.extra.get("n_ctx"):
         # builds without the "cells" line size the cache at n_ctx cells (llama.cpp of 2024)
         r.kv_cache_tokens = int(r.extra["n_ctx"])
@@ -395,7 +602,33 @@ def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | Fi
         r.extra.setdefault("derived", {})["weights_gib"] = "sum of model buffer sizes"
     if r.attention_backend is None and r.extra.get("flash_attn") == "auto":
         r.extra["flash_attn_resolved"] = "auto (result not printed)"
-    return b.finish()
+    ctx, basis = context_from_report(r)
+    r.extra["context"] = ctx
+    r.extra["context_source"] = basis
+    report = b.finish()
+    settle(report)
+    return report
+
+
+def context_from_report(r: LogReport) -> tuple[int | None, str]:
+    """The context (KV cells for all sequences) the log states, and which line says so; None with the reason when no
+    line states it (the model's training context is not the context a server ran with)."""
+    ex = r.extra
+    for key, what in (("n_ctx", "n_ctx"), ("kv_size", "kv_size (the KV cache's cells)"),
+                      ("kv_cells_stated", "the KV cache size line's cells")):
+        v = ex.get(key)
+        if isinstance(v, int) and v > 0:
+            return v, f"{what} in the log"
+    seq, n_seq = ex.get("n_ctx_seq"), ex.get("n_seq_max")
+    if isinstance(seq, int) and seq > 0:
+        if isinstance(n_seq, int) and n_seq > 0:
+            return seq * n_seq, "n_ctx_seq x n_seq_max in the log"
+        return seq, "n_ctx_seq in the log (one sequence assumed: n_seq_max not in it)"
+    per_slot, slots = r.max_concurrency_context, ex.get("n_slots")
+    if per_slot and isinstance(slots, int):
+        return int(per_slot) * slots, "the per-slot context x slots in the log"
+    return None, ("unknown: the log states no context (no n_ctx, kv_size, n_ctx_seq, KV cache size or slot n_ctx "
+                  "line); n_ctx_train is the model's training context, not the server's")
 
 
 # --- live queries -------------------------------------------------------------------------------
@@ -466,6 +699,41 @@ def have_llama_server(binary: str | None = None) -> bool:
 # is not read from a log yet
 _GGUF_WEIGHTS = {t: t for t in GGUF_TYPES if t != "mxfp4"}
 
+# --- prompt-logprob scoring: the wire format (pure; checked against the engine source or a real response) ------
+def llamacpp_tokenize_request(text: str, add_special: bool) -> tuple[str, dict[str, Any]]:
+    """llama.cpp: {content, add_special} -> {tokens} (checked on the xllamacpp 2026.10.11549 server,
+    tests/data/kl/llamacpp-tokenize.json)."""
+    return "/tokenize", {"content": text, "add_special": add_special}
+
+
+def llamacpp_request(prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+    """POST /completion for the distribution after ``prefix`` (one request per scored position).
+
+    llama.cpp's server gives top-k log-probabilities only for generated tokens, so each position is one
+    1-token generation from the growing prefix; ``cache_prompt`` lets the slot reuse the previous prefix (the
+    server reports ``timings.cache_n = len(prefix) - 1``, ``prompt_n = 1``). ``post_sampling_probs: false``
+    returns log-probabilities of the full softmax, before any sampler (identical at temperature 0 and 1.5 on
+    xllamacpp 2026.10.11549; see docs/fidelity.md).
+    """
+    return "/completion", {"prompt": list(prefix), "n_predict": 1, "n_probs": k, "temperature": 0.0,
+                           "cache_prompt": True, "post_sampling_probs": False}
+
+
+def parse_llamacpp(resp: Any, k: int) -> TopK:
+    """``completion_probabilities[0].top_logprobs`` = [{"id", "token", "bytes", "logprob"}, ...].
+
+    Field names as returned by the llama.cpp server in xllamacpp 2026.10.11549 (real response stored in
+    tests/data/kl/llamacpp-completion-nprobs.json).
+    """
+    try:
+        top = resp["completion_probabilities"][0]["top_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("llama.cpp response has no completion_probabilities[0].top_logprobs "
+                         "(n_probs ignored, or post_sampling_probs on?)") from None
+    if not isinstance(top, list) or not top:
+        raise ValueError("llama.cpp top_logprobs is empty")
+    return truncate_topk({int(e["id"]): float(e["logprob"]) for e in top}, k)
+
 
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
@@ -484,7 +752,7 @@ class LlamacppAdapter(EngineAdapter):
     memory = MemoryModel(gpu_share=False, slots=True, full_context_kv=True)
     install = Install(quantrack_extra="[cpu]", needs_gpu=False, release_versions=False)
     server_timing = "llama.cpp timings.predicted_per_token_ms"
-    loaded_fields = ("model_buffers_mib", "offloaded_layers", "kv_mib", "kv_cache_tokens")
+    loaded_fields = ("model_buffers_mib", "offloaded_layers", "kv_mib", "kv_cache_tokens", "n_slots")
 
     def serve_arm(self, spec: str) -> Arm:
         """``serve --arm q8_0``: a bare KV type names an f16 arm with that KV cache."""
@@ -515,8 +783,6 @@ class LlamacppAdapter(EngineAdapter):
     def tokenize_request(self, text: str, add_special: bool = True,
                          model: str | None = None) -> tuple[str, dict[str, Any]]:
         """add_special: include BOS where the model uses one, as a text prompt would get."""
-        from quantrack.engines.scoring import llamacpp_tokenize_request
-
         return llamacpp_tokenize_request(text, add_special)
 
     def fixed_length_fields(self, max_tokens: int) -> dict[str, Any]:
@@ -525,8 +791,6 @@ class LlamacppAdapter(EngineAdapter):
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
         """One request per position: llama.cpp returns the next-token top-k after the prompt only."""
-        from quantrack.engines.scoring import llamacpp_request, parse_llamacpp
-
         out = []
         for pos in range(start, len(ids)):
             path, body = llamacpp_request(ids[:pos], k)

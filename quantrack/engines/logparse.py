@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-import quantrack.engines as _engines
-from quantrack.engines.base import LinePrefix, LogEvent, LogReport
+from quantrack.engines import registry as _engines
+from quantrack.engines.base import FileSource, LinePrefix, LogEvent, LogReport
 
 # Long lines (tqdm progress bars glued with \r, binary junk) are cut before regex matching:
 # every figure quantrack reads sits well inside the first few KiB of its line.
@@ -85,7 +85,28 @@ def strip_prefix(line: str) -> tuple[str, str | None, str | None]:
                 level = prefix.levels.get(level)
             rank = (groups.get("rank") or "").strip() or None
             return line[m.end():], level, rank
+    # an engine's prefix further into the line, after whatever another program put in front of it (a CI timestamp,
+    # Buildkite's "  | ", FastChat's "| INFO | stdout | ", TorchServe's "MODEL_LOG - "): each adapter's
+    # ``embedded_prefixes``, searched in the line's head only
+    for pattern in _embedded():
+        e = pattern.search(line, 0, EMBEDDED_HEAD)
+        if e:
+            groups = e.groupdict()
+            return line[e.end():], groups.get("level"), (groups.get("rank") or "").strip() or None
     return line, None, None
+
+
+EMBEDDED_HEAD = 520  # how far into a line another program's wrapper may push an engine's prefix
+_embedded_cache: tuple[int, tuple[re.Pattern[str], ...]] = (-1, ())
+
+
+def _embedded() -> tuple[re.Pattern[str], ...]:
+    global _embedded_cache
+    gen = _engines.registry_generation()
+    if _embedded_cache[0] != gen:
+        pats = tuple(p for a in _engines.adapters() for p in getattr(a, "embedded_prefixes", ()))
+        _embedded_cache = (gen, pats)
+    return _embedded_cache[1]
 
 
 def iter_raw(source: Iterable[str] | Iterable[bytes] | str | bytes) -> Iterator[tuple[int, str]]:
@@ -127,13 +148,6 @@ def iter_lines(source: Iterable[str] | Iterable[bytes] | str | bytes) -> Iterato
         yield make_line(no, raw)
 
 
-class FileSource:
-    """A log file to scan in blocks (much faster than line by line for big logs)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-
 BLOCK_BYTES = 4 * 1024 * 1024
 
 
@@ -168,6 +182,13 @@ def _dispatch(builder: ReportBuilder, rules: Sequence[RuleSpec], no: int, raw: s
     for rule in rules:
         if rule[0] in raw:
             rule[1](builder, line)
+
+
+def _dispatch_all(builder: ReportBuilder, rules: Sequence[RuleSpec], no: int, raw: str) -> None:
+    """Run ``rules`` (already the ones whose keyword the line holds) on one line."""
+    line = make_line(no, raw)
+    for rule in rules:
+        rule[1](builder, line)
 
 
 def _clean(raw_bytes: bytes) -> str:
@@ -209,22 +230,29 @@ def _scan_file(path: str, builder: ReportBuilder, all_rules: Sequence[RuleSpec])
             rules = [r for r in rules if len(r) < 3 or not r[2](builder)]  # type: ignore[misc]
             builder.blocks += 1
             keywords = sorted({r[0].encode() for r in rules})
-            starts: set[int] = set()
+            starts: dict[int, set[bytes]] = {}  # line start -> the keywords found in that line
             for kw in keywords:
                 pos = body.find(kw)
                 while pos >= 0:
                     ls = body.rfind(b"\n", 0, pos) + 1
-                    starts.add(ls)
+                    starts.setdefault(ls, set()).add(kw)
                     le = body.find(b"\n", pos)
                     if le < 0:
                         break
                     pos = body.find(kw, le)
+            # only the rules whose keyword the line holds run on it, in rule order (one list per keyword set)
+            by_keywords: dict[frozenset[bytes], list[RuleSpec]] = {}
             prev, count = 0, 0
             for ls in sorted(starts):
                 count += body.count(b"\n", prev, ls)
                 prev = ls
+                found = frozenset(starts[ls])
+                line_rules = by_keywords.get(found)
+                if line_rules is None:
+                    line_rules = by_keywords[found] = [r for r in rules if r[0].encode() in found]
                 le = body.find(b"\n", ls)
-                _dispatch(builder, rules, line_base + count + 1, _clean(body[ls: le if le >= 0 else len(body)]))
+                _dispatch_all(builder, line_rules, line_base + count + 1,
+                              _clean(body[ls: le if le >= 0 else len(body)]))
             n_lines = body.count(b"\n")
             line_base += n_lines + (0 if body.endswith(b"\n") else 1)
             if eof:

@@ -123,6 +123,8 @@ class Reconciliation:
     engine_evidence: list[dict[str, Any]] = field(default_factory=list)
     prediction: dict[str, Any] = field(default_factory=dict)
     basis: dict[str, str] = field(default_factory=dict)
+    startup_failure: str | None = None  # compared although the start failed (--sized-before-failure): the failure
+    gpus: int | None = None  # the GPUs the engine's own layout puts the log's ranks on, where the log states it
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -187,6 +189,30 @@ def _device(report: LogReport, catalog_gpu: Any, vram: str | float | None) -> tu
     raise BadInput("--gpu is required for a GPU engine's log (e.g. --gpu H200)")  # or --vram
 
 
+def _failure_check(report: LogReport, name: str, sized_before_failure: bool) -> str | None:
+    """A failed start is not a capacity: BadInput naming the failure, unless the start failed a check of the KV cache
+    the engine had sized and ``sized_before_failure`` asks to compare that cache. The failure text, or None."""
+    from quantrack.engines.runcheck import SIZED_BEFORE_FAILURE, startup_failure
+
+    failure = report.extra.get("startup_failure") if report.extra.get("startup_failed") else None
+    if not failure:
+        if sized_before_failure:
+            raise BadInput(f"--sized-before-failure: {name} shows no failed start")
+        return None
+    fatal = startup_failure(report)
+    sized = fatal is not None and fatal.kind in SIZED_BEFORE_FAILURE and bool(
+        report.kv_cache_tokens or (report.available_kv_gib or 0) > 0)
+    if not sized_before_failure:
+        hint = "; the engine sized its KV cache before refusing: --sized-before-failure compares that cache" if sized \
+            else ""
+        raise BadInput(f"cannot reconcile {name}: the run failed at startup ({failure}); a start that failed has no "
+                       f"capacity to compare{hint}")
+    if not sized:
+        raise BadInput(f"--sized-before-failure: {name} failed before its KV cache was sized ({failure}); there is no "
+                       "cache to compare")
+    return str(failure)
+
+
 def _row(figure: str, scope: str, predicted: Any, logged: Any, unit: str) -> ReconcileRow:
     return ReconcileRow(figure, scope, unit, predicted, logged, _err_pct(predicted, logged))
 
@@ -196,7 +222,7 @@ def _times(v: Any, n: int) -> Any:
 
 
 def _slot_rows(report: LogReport, shape: Any, arm: Arm, slots: int | None, context_len: int | None,
-               ctx: Any) -> tuple[list[ReconcileRow], dict[str, Any], dict[str, int], dict[str, str], Any]:
+               name: str) -> tuple[list[ReconcileRow], dict[str, Any], dict[str, int], dict[str, str], Any]:
     """An engine whose KV cache is split into slots (llama.cpp -np): all slots together, and the weights."""
     from quantrack.hardware.capacity import GiB, predict_engine
 
@@ -204,8 +230,12 @@ def _slot_rows(report: LogReport, shape: Any, arm: Arm, slots: int | None, conte
     n_slots = slots or report.extra.get("n_slots") or report.extra.get("kv_streams") or 1
     slot_basis = ("--slots" if slots else "the log's slot count" if report.extra.get("n_slots")
                   else "the log's KV streams" if report.extra.get("kv_streams") else "assumed 1 (pass --slots)")
-    per_slot = report.max_concurrency_context
-    n_ctx = context_len or report.extra.get("n_ctx") or (int(per_slot) * int(n_slots) if per_slot else ctx)
+    # the context the log states (n_ctx, kv_size, n_ctx_seq x n_seq_max, slot n_ctx x slots), never the model's
+    # training context: without one there is nothing to predict at
+    n_ctx = context_len or report.extra.get("context")
+    if not n_ctx:
+        raise BadInput(f"cannot reconcile {name}: context {report.extra.get('context_source') or 'unknown'}; pass "
+                       "--context-len")
     unified = str(report.extra.get("kv_unified", "")).strip("'\"").lower() in ("true", "1")
     pe = predict_engine(shape, 1.0, arm, report.engine, context_len=n_ctx, n_parallel=int(n_slots),
                         kv_unified=unified)
@@ -225,8 +255,9 @@ def _rank_rows(report: LogReport, pred: dict[str, Any], sizes: dict[str, int]) -
                  report.kv_cache_tokens, "tokens"),
             _row("available_kv_gib", "per rank", pred.get("engine_kv_gib"), report.available_kv_gib, "GiB"),
             _row("weights_gib", "per rank", pred.get("engine_weights_gib"), report.weights_gib, "GiB")]
-    if tp_n * dp_n > 1:
-        n = tp_n * dp_n
+    gpus = report.extra.get("gpus")  # the engine's own layout where the log states it (SGLang: runs on tp x pp)
+    n = int(gpus) if isinstance(gpus, int) and gpus > 0 else tp_n * dp_n
+    if n > 1:
         rows.append(_row("available_kv_gib", f"total over {n} ranks (log x {n}: derived)",
                          _times(pred.get("engine_kv_gib"), n), _times(report.available_kv_gib, n), "GiB"))
         rows.append(_row("weights_gib", f"total over {n} ranks (log x {n}: derived)",
@@ -242,7 +273,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
               context_len: int | None = None, engine: str = "auto", tp: int | None = None, *,
               pp: int | None = None, dp: int | None = None, arm: Any = None,
               vram: str | float | None = None, max_num_batched_tokens: int | None = None,
-              max_num_seqs: int | None = None, slots: int | None = None) -> Reconciliation:
+              max_num_seqs: int | None = None, slots: int | None = None,
+              sized_before_failure: bool = False) -> Reconciliation:
     """The engine-aware plan prediction (quantrack.hardware.capacity.predict_for_arm) beside what the log reports.
 
     ``model``: a catalog name, a Hub ORG/NAME[@REV], or a ModelShape (``--config`` / ``--gguf`` / ``--params``,
@@ -252,6 +284,8 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     there is no number (BadInput "arm unknown: ... pass --arm"). Parallel sizes: ``tp``/``pp``/``dp`` or the log's
     (flag and log disagreeing is BadInput); pipeline parallelism and layouts the model does not cover are refused.
     Device memory, first found: ``vram``; the total the log reports (vLLM V0's ``total_gpu_memory``); ``gpu``.
+    A start that failed is not a capacity: refused with the failure, unless it failed a check of a KV cache the engine
+    had sized (``sized_before_failure``). A slot engine's log that states no context is refused (``--context-len``).
     """
     from quantrack.hardware.capacity import GiB, predict_for_arm
     from quantrack.hardware.catalog import get_gpu
@@ -264,6 +298,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     report = parse_log_file(path, engine)
     if report.engine is None:
         raise BadInput(unclear_engine_message(report))
+    failure = _failure_check(report, Path(path).name, sized_before_failure)
     adapter = get_adapter(report.engine)
     _check_flags(adapter, report, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                  slots=slots)
@@ -295,7 +330,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     if util is None:
         util = report.extra.get("gpu_memory_utilization") or report.extra.get("mem_fraction_static")
     if adapter.memory.slots:
-        rows, pred, sizes, layout_basis, ctx = _slot_rows(report, shape, arm, slots, context_len, ctx)
+        rows, pred, sizes, layout_basis, ctx = _slot_rows(report, shape, arm, slots, context_len, Path(path).name)
     else:
         pred = predict_for_arm(shape, device, arm, report.engine, util=util, context_len=ctx, tp=sizes["tp"],
                                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
@@ -309,6 +344,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
         settings={k: pred["prediction"]["settings"].get(k) for k in ("max_num_batched_tokens", "max_num_seqs")
                   if k in pred["prediction"]["settings"]} if adapter.memory.profile_settings else {},
         context_len=ctx, util=util, rows=rows, engine_evidence=report.engine_evidence,
+        startup_failure=failure, gpus=report.extra.get("gpus"),
         prediction=pred, basis={"predicted": "derived", "log": "measured (engine log)"})
 
 __all__ = ["ReconcileRow", "Reconciliation", "arm_from_report", "establish_arm", "parallel_from_report",

@@ -37,6 +37,8 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
+from quantrack.engines.runcheck import StartLine, run_rules, settle
+from quantrack.engines.scoring import TopK, truncate_topk
 from quantrack.engines.vllm import GGUF_TYPES, hf_arm, rulebook_flags
 from quantrack.errors import BadInput
 
@@ -57,8 +59,12 @@ def sglang_flags(arm: Arm) -> list[str]:
 #   sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373-L1378
 # older builds print the activation dtype there instead of quant=: "Load weight end. type=Gemma3ForConditionalGeneration,
 # dtype=torch.bfloat16, avail mem=3.64 GB, mem usage=18.82 GB." (github.com/sgl-project/sglang/issues/4895)
+# SGLang <= 0.2 printed no mem usage: f"Load weight end. type={...}, dtype={self.dtype}, avail mem={...:.2f} GB"
+# (sglang@v0.2.14:python/sglang/srt/model_executor/model_runner.py:L210-L215): the weights are then derived from the
+# rank's "Load weight begin. avail mem=%.2f GB" (L157) minus its avail mem after loading, and labelled so
 _LOAD_END = re.compile(r"Load weight end\. (?:elapsed=[\d.]+ s, )?type=(\w+), (?:dtype=([\w.]+), )?(?:(quant=.*?), )?"
-                       r"avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
+                       r"avail mem=([\d.]+) GB(?:, mem usage=([\d.]+) GB)?")
+_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 # "Using KV cache dtype: torch.bfloat16" (github.com/kvcache-ai/ktransformers/issues/1870, SGLang 0.5.x)
 _KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)")
 # "Input length (160062 tokens) exceeds the maximum allowed length (59862 tokens)." (github.com/sgl-project/sglang/issues/4048)
@@ -177,7 +183,18 @@ def _load_end(b: ReportBuilder, ln: Line) -> None:
             b.extra("quant_from_load_line", m.group(3).split(",")[0].removeprefix("quant="))
             b.set("quantization", m.group(3).split(",")[0].removeprefix("quant="))
         b.extra("avail_mem_after_load_gib", parse_float(m.group(4)))
-        b.set("weights_gib", parse_float(m.group(5)))
+        if m.group(5):
+            b.set("weights_gib", parse_float(m.group(5)))
+        else:
+            ends = b.report.extra.setdefault("_avail_end", {})
+            ends.setdefault(ln.rank or "", parse_float(m.group(4)))
+
+
+def _load_begin(b: ReportBuilder, ln: Line) -> None:
+    m = _LOAD_BEGIN.search(ln.text)
+    if m:
+        begins = b.report.extra.setdefault("_avail_begin", {})
+        begins.setdefault(ln.rank or "", parse_float(m.group(1)))
 
 
 def _kv_alloc(b: ReportBuilder, ln: Line) -> None:
@@ -267,6 +284,38 @@ def _command_line(b: ReportBuilder, ln: Line) -> None:
         m = rx.search(ln.text)
         if m:
             b.extra(key, int(m.group(1)))
+    if re.search(r"--enable-dp-attention\b", ln.text):
+        b.extra("enable_dp_attention", True)
+
+
+# The parallel layout per SGLang's own rules (sglang@v0.5.23, paths under python/sglang/srt/):
+# - plain data parallelism launches one TP group per DP rank, each on its own GPUs: the next group's base GPU id
+#   advances by tp_size x pp_size (managers/data_parallel_controller.py:L420-L449, launch_dp_schedulers), so
+#   dp x tp x pp GPUs;
+# - with --enable-dp-attention the DP ranks live inside the one TP group: it launches tp_size ranks in total
+#   (launch_dp_attention_schedulers, L715: "for tp_rank in tp_rank_range", GPU id from tp_rank at L747-L752), each
+#   rank's attention DP rank is tp_rank // attn_tp_size (L720-L725 -> layers/dp_attention.py:L445-L460), and the
+#   attention TP width is tp_size // dp_size (runtime_context.py:L73-L76): tp x pp GPUs, dp groups of tp / dp GPUs,
+#   each group with its own KV cache;
+# - the log prefix is " DP{dp_rank}" + " TP{tp_rank}" (managers/scheduler.py:L6280-L6289) in both layouts, so
+#   prefixes alone do not say which one ran.
+LAYOUT_SOURCE = ("sglang@v0.5.23:python/sglang/srt/managers/data_parallel_controller.py:L420-L449 (DP replicas), "
+                 "L715-L752 (DP attention); layers/dp_attention.py:L445-L460; runtime_context.py:L73-L76")
+
+
+def parallel_layout(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """GPUs, DP groups and the attention-TP width a log's stated sizes imply, or None when the log states no DP
+    size (prefixes alone cannot tell DP attention from DP replicas)."""
+    tp = extra.get("tp_size") or 1
+    pp = extra.get("pp_size") or 1
+    dp = extra.get("dp_size")
+    if not isinstance(dp, int):
+        return None
+    if extra.get("enable_dp_attention"):
+        return {"layout": "dp_attention", "gpus": tp * pp, "dp_groups": dp, "attn_tp_size": max(tp // dp, 1),
+                "kv_caches": dp, "source": LAYOUT_SOURCE}
+    return {"layout": "dp_replicas" if dp > 1 else "single", "gpus": dp * tp * pp, "dp_groups": dp,
+            "attn_tp_size": tp, "kv_caches": dp, "source": LAYOUT_SOURCE}
 
 
 def _rank(b: ReportBuilder, ln: Line) -> None:
@@ -279,6 +328,13 @@ def _min_cap(b: ReportBuilder, ln: Line) -> None:
         b.extra("min_capability", int(m.group(1)))
         b.extra("current_capability", int(m.group(2)))
         b.error("min_capability_error", ln)
+
+
+def _untuned_config(b: ReportBuilder, ln: Line) -> None:
+    if "Using default W8A8 Block FP8 kernel config" in ln.text:
+        b.warning("w8a8_block_fp8_default_config", ln)
+    elif "Using default MoE config. Performance might be sub-optimal" in ln.text:
+        b.warning("moe_default_config", ln)
 
 
 def _bf16_fp16(b: ReportBuilder, ln: Line) -> None:
@@ -307,6 +363,8 @@ FALLBACK_RULES: list[RuleSpec] = [
     ("Falling back to unoptimized", _simple("layer_unoptimized_fallback", "fallbacks")),
     ("Use float16 due to lack of bfloat16 support", _bf16_fp16),
     ("Using FP8 KV cache but no scaling factors provided", _simple("kv_scale_uncalibrated", "warnings"), startup_only()),
+    # untuned Triton configs (degraded, the same text as vLLM's: tests/data/public-logs/sglang-5675-...)
+    ("Using default ", _untuned_config, startup_only(1)),
 ]
 
 RULES: list[RuleSpec] = [
@@ -318,6 +376,7 @@ RULES: list[RuleSpec] = [
     ("sglang.launch_server", _command_line, startup_only()),
     ("Scheduler hit an exception", _simple("error", "errors")),
     ("Load weight end.", _load_end, done_when("weights_gib")),
+    ("Load weight begin.", _load_begin, done_when("weights_gib")),
     ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),
     ("max_total_num_tokens=", _max_total, done_when("context_len")),
     ("quantization: quantized", _online, startup_only(2, "online_quantized_layers")),
@@ -339,10 +398,14 @@ RULES: list[RuleSpec] = [
 ]
 
 
+# lines an SGLang launch prints once (quantrack.engines.runcheck: one log, one run)
+START_LINES: tuple[StartLine, ...] = (("server_args=ServerArgs(", "server_args=ServerArgs(", "SGLang server_args line"),)
+
+
 def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                      extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     b = ReportBuilder("sglang", source, EXPECTED)
-    scan(lines, b, [*RULES, *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
     r = b.report
     r.extra.pop("_max_total_seen", None)
     # dtype: the activation dtype is not printed; with --dtype auto and an 'auto' KV cache the pool
@@ -353,12 +416,27 @@ def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | File
             r.extra.setdefault("derived", {})["dtype"] = "KV pool dtype with --kv-cache-dtype auto"
         elif r.extra.get("dtype_arg") not in (None, "auto"):
             r.dtype = r.extra["dtype_arg"]
+    begins, ends = r.extra.pop("_avail_begin", {}), r.extra.pop("_avail_end", {})
+    if r.weights_gib is None:
+        rank = next((k for k in ends if k in begins and begins[k] is not None and ends[k] is not None), None)
+        if rank is not None:  # no "mem usage=" (SGLang <= 0.2): the rank's free memory before minus after loading
+            r.weights_gib = round(begins[rank] - ends[rank], 2)
+            r.extra.setdefault("derived", {})["weights_gib"] = (f"avail mem at 'Load weight begin' minus at 'Load "
+                                                               f"weight end'{f' ({rank})' if rank else ''}")
+    layout = parallel_layout(r.extra)
+    r.extra["parallel_layout"] = layout["layout"] if layout else None
+    if layout:
+        r.extra["gpus"] = layout["gpus"]
+        r.extra["attn_tp_size"] = layout["attn_tp_size"]
+        r.extra["layout_source"] = layout["source"]
     ctx = r.extra.get("context_len")
     if r.kv_cache_tokens and ctx:
         r.max_concurrency_context = int(ctx)
         r.max_concurrency = round(r.kv_cache_tokens / int(ctx), 2)
         r.extra.setdefault("derived", {})["max_concurrency"] = "max_total_num_tokens / context_len"
-    return b.finish()
+    report = b.finish()
+    settle(report)
+    return report
 
 
 # --- live queries -------------------------------------------------------------------------------
@@ -380,6 +458,52 @@ def parse_server_info(obj: Any) -> dict[str, Any]:
                 out[k] = states[0][k]
     if "version" in out:
         out["engine_version"] = out.pop("version")
+    return out
+
+# --- prompt-logprob scoring: the wire format (pure; checked against the engine source or a real response) ------
+def sglang_request(ids: Sequence[int], start: int, k: int) -> tuple[str, dict[str, Any]]:
+    """POST /generate with ``input_ids`` scoring positions ``start..``.
+
+    ``GenerateReqInput`` fields input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+    sampling_params (sgl-project/sglang, python/sglang/srt/managers/io_struct.py). The scheduler pads the first
+    returned entry with None ("Always pad the first one with None") and returns one entry per token of
+    ``origin_input_ids[logprob_start_len:]`` (python/sglang/srt/managers/scheduler_output_processor_mixin.py,
+    ``add_input_logprob_return_values``), so ``logprob_start_len = start - 1`` makes entries 1.. score
+    ``ids[start:]``.
+    """
+    if start < 1:
+        raise ValueError("the first token has no context to be scored from")
+    return "/generate", {"input_ids": list(ids), "return_logprob": True, "logprob_start_len": start - 1,
+                         "top_logprobs_num": k, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+
+
+def parse_sglang(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK]:
+    """Top-k per position for ``ids[start:]`` from ``meta_info.input_top_logprobs``.
+
+    Each entry is a list of ``[logprob, token_id, text-or-null]`` triples, or null for the padded first entry
+    (tokenizer_manager ``detokenize_top_logprobs_tokens``); ``input_token_logprobs`` entries are single triples
+    whose token ids must equal ``ids[start-1:]`` (checked here, so a misaligned server is caught).
+    """
+    try:
+        meta = resp["meta_info"]
+        tops = meta["input_top_logprobs"]
+    except (KeyError, TypeError):
+        raise ValueError("SGLang response has no meta_info.input_top_logprobs (return_logprob off?)") from None
+    expected = len(ids) - (start - 1)
+    if not isinstance(tops, list) or len(tops) != expected:
+        raise ValueError(f"SGLang input_top_logprobs has {len(tops) if isinstance(tops, list) else 'no'} "
+                         f"entries, expected {expected}")
+    toks = meta.get("input_token_logprobs")
+    if isinstance(toks, list) and len(toks) == expected:
+        got = [e[1] for e in toks if isinstance(e, list | tuple) and len(e) >= 2]
+        if got and got != list(ids[start - 1:]):
+            raise ValueError("SGLang input_token_logprobs token ids do not match the ids sent")
+    out: list[TopK] = []
+    for j in range(1, expected):
+        entry = tops[j]
+        if not isinstance(entry, list) or not entry:
+            raise ValueError(f"SGLang input_top_logprobs[{j}] is empty")
+        out.append(truncate_topk({int(e[1]): float(e[0]) for e in entry}, k))
     return out
 
 
@@ -408,8 +532,6 @@ class SglangAdapter(EngineAdapter):
 
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
-        from quantrack.engines.scoring import parse_sglang, sglang_request
-
         path, body = sglang_request(ids, start, k)
         return parse_sglang(post(path, body), ids, start, k)
 

@@ -38,6 +38,8 @@ from quantrack.engines.logparse import (
     startup_only,
     torch_dtype_short,
 )
+from quantrack.engines.runcheck import StartLine, run_rules, settle
+from quantrack.engines.scoring import TopK, truncate_topk
 from quantrack.errors import BadInput
 
 if TYPE_CHECKING:
@@ -94,7 +96,30 @@ _AVAIL_KV = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")  # negative
 # (vllm 0.25.0: vllm/entrypoints/serve/utils/api_utils.py:L273; real line in tests/data/logs/h200-util045).
 _NON_DEFAULT = {k: re.compile(rf"'{k}': ([\d.]+)[,}}]") for k in
                 ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size",
-                 "pipeline_parallel_size", "data_parallel_size")}
+                 "pipeline_parallel_size", "data_parallel_size", "max_model_len", "block_size")}
+# the string settings of that line: 'quantization': 'modelopt', 'kv_cache_dtype': 'fp8', 'dtype': 'bfloat16'
+# (tests/data/public-logs/vllm-club3090-612-..., vllm-51454-...); kv_cache_dtype takes any value the engine accepts
+# (v0.33's CacheDType has 22, e.g. int8_per_token_head: vllm@4ba787ec9:vllm/config/cache.py:L44-L66)
+_NON_DEFAULT_STR = {k: re.compile(rf"'{k}': '([^']+)'") for k in ("quantization", "kv_cache_dtype", "dtype")}
+# vLLM <= 0.5 printed its parsed arguments instead: logger.info("args: %s", args), an argparse Namespace repr
+# (tests/data/public-logs/vllm-functionary128-args-namespace-v03.log): key=value, strings quoted, None unset
+_NAMESPACE = re.compile(r"\bargs: Namespace\((.*)")
+_NS_FIELD = re.compile(r"(?:^|, )(\w+)=('[^']*'|[\w.]+)")
+_NS_INT = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_num_seqs",
+           "max_num_batched_tokens", "max_model_len", "block_size")
+# "Using max model len %s" (V1 config, tests/data/public-logs/vllm-24162-...)
+_MAX_MODEL_LEN = re.compile(r"Using max model len (\d+)")
+# "Chunked prefill is enabled with max_num_batched_tokens=%d." (vllm-24162-...)
+_CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+# "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: %d" (vllm-20707-...)
+_NUM_BLOCKS_INFO = re.compile(r"num_gpu_blocks is: (\d+)")
+# V1 (2026) one-line memory summary (tests/data/public-logs/vllm-rayserve65486-...): "Free memory on device
+# (78.66/79.18 GiB) on startup. Desired GPU memory utilization is (0.9, 71.26 GiB). Actual usage is 15.31 GiB for
+# weight, ... Current kv cache memory in use is 54.45 GiB."
+_MEM_SUMMARY = re.compile(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\) on startup\. Desired GPU memory "
+                          r"utilization is \(([\d.]+), [\d.]+ GiB\)\. Actual usage is ([\d.]+) GiB for weight")
+_KV_IN_USE = re.compile(r"Current kv cache memory in use is (-?[\d.]+) GiB")
+_ENGINE_CORE = re.compile(r"\bEngineCore(?:_DP)?_?(\d+)\b")
 # "rank %d in world size %d is assigned as DP rank %d, PP rank %d, [PCP rank %d, ]TP rank %d, EP rank %d"
 # (parallel_state.py; real line in github.com/vllm-project/vllm/pull/37505)
 _WORLD = re.compile(r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank \d+,)? "
@@ -126,9 +151,9 @@ _KV_LIMIT = re.compile(r"stored in KV cache \((\d+)\)")
 # V1: f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV cache is
 # needed, which is larger than the available KV cache memory ({available} GiB).[ Based on the available memory, the
 # estimated maximum model length is {n}.]" (vllm/v1/core/kv_cache_utils.py; github.com/vllm-project/vllm/pull/16168)
-_KV_TOO_SMALL = re.compile(r"max seq len \((\d+)\),? \(?([\d.]+) GiB KV cache is needed, which is larger than the "
-                           r"available KV cache memory \(([\d.]+) GiB\)(?:\. Based on the available memory, the estimated "
-                           r"maximum model length is (\d+))?")
+_KV_TOO_SMALL = re.compile(r"max seq len \((\d+)\),? \(?([\d.]+) Gi?B KV cache is needed, which is larger than the "
+                           r"available KV cache memory \(([\d.]+) Gi?B\)(?:\. Based on the available memory, the estimated "
+                           r"maximum model length is (\d+))?")  # 0.8.2 printed "GB" (vllm-15617-...)
 # torch: "CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total capac(i)ty of 23.69 GiB of which 3.09 GiB is
 # free." (github.com/vllm-project/vllm/issues/2140)
 _OOM = re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+) (GiB|MiB|KiB)\.? (?:\(?GPU (\d+)(?:;| has a total "
@@ -143,12 +168,26 @@ _PROFILE_PHASE = ("Memory profiling", "profile_run", "determine_num_available_bl
 # vLLM's line prefix: ``(EngineCore_DP0 pid=123) INFO 09-10 13:29:13 [file.py:123] text``, the process tag optional
 # (its rank tags TP/PP/DP/rank= are recorded as ``*_size_seen``); V0 printed "file.py:56]" without the "["
 LINE_PREFIXES = (
+    # nested process tags: Ray Serve's "(ServeReplica:app pid=1) (EngineCore pid=2) (RayWorkerProc pid=3) (Worker
+    # pid=3) INFO ..." (tests/data/public-logs/vllm-rayserve65486-nested-prefixes-kv-memory.log)
+    LinePrefix("(", re.compile(
+        r"^(?P<rank>(?:\([^()]{1,120}\)\s+){2,})"
+        r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+        r"\[?(?P<src>[^\]\s]{1,120})\]\s?")),
     LinePrefix("(DIWEC", re.compile(
         r"^(?:\((?P<rank>[^)]{1,80})\)\s+)?"
         r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
         r"\[?(?P<src>[^\]\s]{1,120})\]\s?")),
     LinePrefix("(", re.compile(r"^\((?P<rank>[^)]{1,80})\)\s")),  # a process tag alone (the text's own format)
 )
+
+# vLLM's prefix further into a line, after another program's: a CI timestamp "[2025-03-10T15:07:20Z] ", Buildkite's
+# "  | ", TorchServe's "... MODEL_LOG - ", FastChat's "| ERROR | stderr | ", an indent (tests/data/public-logs:
+# vllm-14574-..., vllm-6234-..., vllm-qanything302-...); logparse.strip_prefix searches it in a line's head
+EMBEDDED_PREFIXES = (re.compile(
+    r"(?P<rank>(?:\([^()]{1,120}\)\s+)*)"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+    r"\[?(?P<src>[\w./-]{1,120}\.py:\d+)\]\s?"),)
 
 # --- detection (quantrack.engines.detect): lines that say vLLM wrote a log
 # Each marker names where it was seen: a format string (repo@sha:path:Lnn, engine-facts.md) or a public log kept
@@ -238,11 +277,12 @@ def _banner(b: ReportBuilder, ln: Line) -> None:
             continue
         val = mm.group(1)
         if key == "dtype":
-            b.set("dtype", torch_dtype_short(val))
+            b.set("dtype", torch_dtype_short(val), overwrite=bool(b.report.extra.pop("_dtype_from_args", None)))
         elif key == "quantization":
-            b.set("quantization", none_word(val))
+            b.set("quantization", none_word(val), overwrite=bool(b.report.extra.pop("_quant_from_args", None)))
+            b.report.extra["quantization_source"] = "the engine banner"
         elif key == "kv_cache_dtype":
-            b.set("kv_cache_dtype", val)
+            b.set("kv_cache_dtype", val, overwrite=bool(b.report.extra.pop("_kv_from_args", None)))
         elif key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             b.extra(key, parse_int(val))
         elif key == "max_seq_len":
@@ -274,13 +314,98 @@ def _non_default_args(b: ReportBuilder, ln: Line) -> None:
         m = rx.search(ln.text)
         if m and b.report.extra.get(key) is None:
             b.extra(key, parse_float(m.group(1)) if key == "gpu_memory_utilization" else parse_int(m.group(1)))
+    for key, rx in _NON_DEFAULT_STR.items():
+        m = rx.search(ln.text)
+        if m:
+            _setting(b, key, m.group(1))
+
+
+def _setting(b: ReportBuilder, key: str, value: str) -> None:
+    """A setting the user passed (non-default args / args Namespace): kept as stated; the engine banner, printed
+    later with what the engine resolved (awq -> awq_marlin), overwrites it."""
+    if key == "quantization":
+        if b.report.quantization is None:
+            b.set("quantization", none_word(value))
+            b.extra("_quant_from_args", True)
+            b.extra("quantization_source", "the arguments line (what was passed, not what the engine resolved)")
+    elif key == "kv_cache_dtype":
+        if b.report.kv_cache_dtype is None:
+            b.set("kv_cache_dtype", value)
+            b.extra("_kv_from_args", True)
+    elif key == "dtype" and value not in ("auto", "None"):
+        b.set("dtype", torch_dtype_short(value))
+        b.extra("_dtype_from_args", True)
+
+
+def _namespace(b: ReportBuilder, ln: Line) -> None:
+    m = _NAMESPACE.search(ln.text)
+    if not m:
+        return
+    for key, raw in _NS_FIELD.findall(m.group(1)):
+        if raw == "None":
+            continue
+        val = raw.strip("'")
+        if key in _NS_INT:
+            b.extra(key, parse_int(val))
+        elif key == "gpu_memory_utilization":
+            b.extra(key, parse_float(val))
+        elif key in ("quantization", "kv_cache_dtype", "dtype"):
+            _setting(b, key, val)
+    if "quantization=None" in m.group(1):
+        _setting(b, "quantization", "None")
+
+
+def _settings_lines(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    m = _MAX_MODEL_LEN.search(t)
+    if m:
+        b.extra("max_model_len", int(m.group(1)))
+    m = _CHUNKED.search(t)
+    if m:
+        b.extra("max_num_batched_tokens", int(m.group(1)))
+    m = _NUM_BLOCKS_INFO.search(t)
+    if m:
+        b.extra("num_gpu_blocks", int(m.group(1)))
+
+
+def _mem_summary(b: ReportBuilder, ln: Line) -> None:
+    m = _MEM_SUMMARY.search(ln.text)
+    if m:
+        b.extra("total_gpu_memory_gib", parse_float(m.group(2)))
+        b.extra("gpu_memory_utilization", parse_float(m.group(3)))
+        b.set("weights_gib", parse_float(m.group(4)))
+    m = _KV_IN_USE.search(ln.text)
+    if m:
+        _kv_budget(b, ln, parse_float(m.group(1)))
+
+
+def _kv_budget(b: ReportBuilder, ln: Line, gib: float | None) -> None:
+    """A KV budget line (V0 profile table or one-liner, V1 "Available KV cache memory"). With several ranks the
+    engine sizes the cache by the smallest (num_blocks = min over workers: engine-facts.md §4.1), so the report keeps
+    the minimum; a budget at or below zero is a failed start (the weights left no memory for the cache)."""
+    if gib is None:
+        return
+    per_rank = b.report.extra.setdefault("available_kv_gib_per_rank", [])
+    if len(per_rank) < 64:
+        per_rank.append(gib)
+    b.set("available_kv_gib", min(per_rank), overwrite=True)
+    if gib <= 0:
+        b.error("negative_kv_budget", ln)
+
+
+def _engine_core(b: ReportBuilder, ln: Line) -> None:
+    m = _ENGINE_CORE.search(ln.rank or "")
+    if m:
+        cores = b.report.extra.setdefault("_engine_cores", set())
+        cores.add(int(m.group(1)))
+        cores.add(0)
 
 
 def _profiling(b: ReportBuilder, ln: Line) -> None:
     t = ln.text
     m = _PROF_KV.search(t)
     if m:
-        b.set("available_kv_gib", parse_float(m.group(1)))
+        _kv_budget(b, ln, parse_float(m.group(1)))
     m = _PROF_TOTAL.search(t)
     if m:
         b.extra("total_gpu_memory_gib", parse_float(m.group(1)))
@@ -294,7 +419,7 @@ def _profiling(b: ReportBuilder, ln: Line) -> None:
 def _avail_kv(b: ReportBuilder, ln: Line) -> None:
     m = _AVAIL_KV.search(ln.text)
     if m:
-        b.set("available_kv_gib", parse_float(m.group(1)))
+        _kv_budget(b, ln, parse_float(m.group(1)))
 
 
 def _kv_tokens(b: ReportBuilder, ln: Line) -> None:
@@ -316,6 +441,8 @@ def _gpu_blocks(b: ReportBuilder, ln: Line) -> None:
     m = _GPU_BLOCKS.search(ln.text)
     if m:
         b.extra("num_gpu_blocks", int(m.group(1)))
+        if int(m.group(1)) == 0:  # no block for the KV cache: V0 then raises "No available memory for the cache blocks"
+            b.error("no_kv_memory", ln)
         if m.group(2):
             b.extra("num_cpu_blocks", int(m.group(2)))
 
@@ -356,6 +483,13 @@ def _device_fallback(b: ReportBuilder, ln: Line) -> None:
         b.set("gpu", m.group(1))
         b.extra("compute_capability", m.group(2))
         b.fallback("bf16_to_fp16", ln)
+
+
+def _untuned_config(b: ReportBuilder, ln: Line) -> None:
+    if "Using default MoE config. Performance might be sub-optimal" in ln.text:
+        b.warning("moe_default_config", ln)
+    elif "Using default W8A8 Block FP8 kernel config" in ln.text:
+        b.warning("w8a8_block_fp8_default_config", ln)
 
 
 def _falling_back(b: ReportBuilder, ln: Line) -> None:
@@ -478,11 +612,35 @@ FALLBACK_RULES: list[RuleSpec] = [
     ("precluded higher-priority backend", _simple("attention_backend_fallback", "fallbacks"), startup_only()),
     ("Using KV cache scaling factor 1.0", _simple("kv_scale_uncalibrated", "warnings"), startup_only()),
     ("Using uncalibrated q_scale", _simple("q_scale_uncalibrated", "warnings"), startup_only()),
+    # The encoder (ViT) attention falling back to xformers: logger.warning_once("Using xformers for ViT attention
+    # backend. To use flash attention for ViT" "please install flash_attn") (github.com/vllm-project/vllm/pull/24347,
+    # vllm/platforms/cuda.py): a slower kernel than the one the encoder would use, so a fallback
+    ("Using xformers for ViT attention backend", _simple("vit_attention_xformers_fallback", "fallbacks"),
+     startup_only(1)),
+    # Degraded paths: the kernel asked for runs, in a slower mode; listed by audit as "degraded", not as a fallback
+    # (no other kernel was substituted). Untuned Triton configs for this GPU and shape (vLLM fused_moe.py /
+    # fp8_utils.py, SGLang prints the same text: tests/data/public-logs/vllm-17619-..., sglang-5675-...):
+    ("Using default ", _untuned_config, startup_only(1)),
+    # tensor-parallel all-reduce through NCCL instead of the custom kernel (custom_all_reduce.py, vllm-15340-...)
+    ("Custom allreduce is disabled", _simple("custom_allreduce_disabled", "warnings"), startup_only(1)),
+    # xformers without its C++/CUDA extensions: "Memory-efficient attention ... won't be available" (vllm-llamafactory5050-...)
+    ("xFormers can't load C++/CUDA extensions", _simple("xformers_extensions_missing", "warnings"), startup_only(1)),
 ]
 
 RULES: list[RuleSpec] = [
     ("LLM engine", _banner, done_when("engine_version", "dtype")),
     ("non-default args:", _non_default_args, startup_only()),
+    ("args: Namespace(", _namespace, startup_only(1)),
+    ("Using max model len", _settings_lines, startup_only(2, "max_model_len")),
+    ("Chunked prefill is enabled", _settings_lines, startup_only(2, "max_num_batched_tokens")),
+    ("num_gpu_blocks is:", _settings_lines, startup_only(2, "num_gpu_blocks")),
+    ("Free memory on device", _mem_summary, startup_only(1)),
+    # data-parallel engine cores without a DP tag ("(EngineCore_1 pid=..)", vllm-19954-...): only a second core's lines
+    # are looked at (cheap on a long single-core log), so the count is the highest index seen + 1
+    ("(EngineCore_1 ", _engine_core, startup_only(1)),
+    # "EngineCore failed to start." / "EngineCore hit an exception: Traceback" (V1 core.py; vllm-17431-..., vllm-14574-...)
+    ("EngineCore failed to start", _simple("engine_core_failed", "errors"), startup_only(1)),
+    ("EngineCore hit an exception", _simple("engine_core_failed", "errors"), startup_only(1)),
     ("version ", _version, done_when("engine_version")),
     ("Model loading took", _weights, _W),
     ("Loading model weights took", _weights, _W),
@@ -536,15 +694,29 @@ RULES: list[RuleSpec] = [
 ]
 
 
+# lines a vLLM launch prints once per process (quantrack.engines.runcheck: one log, one run)
+START_LINES: tuple[StartLine, ...] = (
+    ("version ", "vLLM API server version", "vLLM API server start"),
+    ("non-default args:", "non-default args:", "vLLM arguments line"),
+    ("LLM engine", "Initializing a", "vLLM engine banner"))
+
+
 def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource, source: str | None = None,
                    extra_rules: Sequence[RuleSpec] = ()) -> LogReport:
     """Parse a vLLM startup log (any supported version) into a LogReport, streaming.
 
     ``extra_rules``: more rules run in the same pass (the other engines' fallback catalogues)."""
     b = ReportBuilder("vllm", source, EXPECTED)
-    scan(lines, b, [*RULES, *extra_rules])
+    scan(lines, b, [*RULES, *run_rules(START_LINES), *extra_rules])
     r = b.report
     r.extra.pop("_profiling_seen", None)
+    for key in ("_quant_from_args", "_kv_from_args", "_dtype_from_args"):
+        r.extra.pop(key, None)
+    cores = r.extra.pop("_engine_cores", None)
+    if cores:
+        r.extra["engine_cores_seen"] = max(cores) + 1
+    if len(r.extra.get("available_kv_gib_per_rank", [])) < 2:
+        r.extra.pop("available_kv_gib_per_rank", None)
     marlin = r.extra.pop("_marlin_line", None)
     if marlin is not None and not b.has_event("fp8_marlin"):
         b.fallback("fp8_marlin", marlin)
@@ -559,7 +731,9 @@ def parse_vllm_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSo
         r.extra.setdefault("derived", {})["kv_cache_tokens"] = "the max-model-len error's KV token figure"
     if r.max_concurrency_context is None and r.extra.get("max_model_len") and r.max_concurrency is not None:
         r.max_concurrency_context = r.extra["max_model_len"]
-    return b.finish()
+    report = b.finish()
+    settle(report)
+    return report
 
 
 # --- the arm a vLLM or SGLang log establishes (quantization method names: vLLM's, which SGLang shares) -----------
@@ -640,6 +814,43 @@ def parse_models(obj: Any) -> dict[str, Any]:
     first = data[0]
     return {"model": first.get("id"), "max_model_len": first.get("max_model_len"), "root": first.get("root")}
 
+# --- prompt-logprob scoring: the wire format (pure; checked against the engine source or a real response) ------
+def vllm_request(ids: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+    """POST /v1/completions scoring every prompt position of ``ids``.
+
+    ``CompletionRequest.prompt`` accepts a list of token ids and ``prompt_logprobs: int`` asks for the top-k at
+    every prompt position (vllm-project/vllm@002032ee2b18:vllm/entrypoints/openai/completion/protocol.py:L50
+    prompt, :L96 prompt_logprobs). ``max_tokens`` 1: 0 is only allowed with ``echo`` (same file,
+    ``to_sampling_params``: ``echo_without_generation``); one greedy token costs nothing next to the prefill.
+    """
+    return "/v1/completions", {"prompt": list(ids), "max_tokens": 1, "temperature": 0.0,
+                               "prompt_logprobs": k, "add_special_tokens": False}
+
+
+def parse_vllm(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK]:
+    """Top-k per position for ``ids[start:]`` from a vLLM completion response.
+
+    ``CompletionResponseChoice.prompt_logprobs: list[dict[int, Logprob] | None]`` (same protocol.py), filled from
+    ``final_res.prompt_logprobs`` (vllm/entrypoints/openai/completion/serving.py,
+    ``request_output_to_completion_response``): entry j is the distribution that scored prompt token j (entry 0
+    is null: nothing precedes it); each dict holds the top-k plus the scored token itself, as
+    ``{"<id>": {"logprob", "rank", "decoded_token"}}`` (JSON object keys are strings).
+    """
+    try:
+        plp = resp["choices"][0]["prompt_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("vLLM response has no choices[0].prompt_logprobs (server too old?)") from None
+    if not isinstance(plp, list) or len(plp) != len(ids):
+        raise ValueError(f"vLLM prompt_logprobs has {len(plp) if isinstance(plp, list) else 'no'} entries, "
+                         f"expected {len(ids)}")
+    out: list[TopK] = []
+    for j in range(start, len(ids)):
+        entry = plp[j]
+        if not isinstance(entry, dict) or not entry:
+            raise ValueError(f"vLLM prompt_logprobs[{j}] is empty")
+        out.append(truncate_topk({int(t): float(v["logprob"]) for t, v in entry.items()}, k))
+    return out
+
 
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
@@ -671,13 +882,12 @@ class VllmAdapter(EngineAdapter):
 
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
-        from quantrack.engines.scoring import parse_vllm, vllm_request
-
         path, body = vllm_request(ids, k)
         return parse_vllm(post(path, body), ids, start, k)
 
     markers = MARKERS
     line_prefixes = LINE_PREFIXES
+    embedded_prefixes = EMBEDDED_PREFIXES
     fallback_rules = FALLBACK_RULES
 
     def parse_log(self, lines: Iterable[str] | Iterable[bytes] | str | bytes | FileSource,
@@ -693,7 +903,13 @@ class VllmAdapter(EngineAdapter):
         return predict_vllm(self.kind, shape, arm, kv, gpu_memory_bytes, settings, basis)
 
     def establish_arm(self, report: LogReport) -> tuple[Arm | None, str]:
-        """Only the engine banner's ``quantization=`` names the weights' format."""
+        """Only the engine banner's ``quantization=`` names the weights' format. A quantization read from the
+        arguments line stands in when no banner is in the log, except ``modelopt``: the banner says modelopt (FP8)
+        or modelopt_fp4, the argument alone is either and the checkpoint decides."""
+        quant = (report.quantization or "").strip().lower()
+        if quant == "modelopt" and str(report.extra.get("quantization_source", "")).startswith("the arguments"):
+            return None, ("quantization 'modelopt' from the arguments line: a ModelOpt checkpoint is FP8 or NVFP4 and "
+                          "the engine banner, which would say which, is not in the log")
         return hf_arm(report, "no engine banner with quantization=")
 
     def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:

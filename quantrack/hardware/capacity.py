@@ -20,12 +20,13 @@ Everything here is derived, never measured.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quantrack.arms import Arm
-from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
-from quantrack.engines import ENGINE_KINDS as ENGINES
+from quantrack.engines.base import CapacitySettings, EnginePrediction
+from quantrack.engines.registry import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
+from quantrack.engines.registry import ENGINE_KINDS as ENGINES
 from quantrack.errors import BadInput
 from quantrack.hardware.catalog import GPU, ModelShape
 
@@ -339,37 +340,6 @@ VLLM_NON_TORCH_BYTES = int(0.60 * GiB)
 SGLANG_PRELOAD_USED_BYTES = int(1.31 * GiB)
 
 
-@dataclass
-class EnginePrediction:
-    """What one engine is predicted to log for one arm (derived)."""
-
-    engine: str
-    arm: str
-    kv_dtype: str
-    naive_tokens: int
-    engine_tokens: int
-    weights_bytes: float  # per rank, as the engine holds them
-    kv_bytes: float  # per rank, the KV pool the engine allocates
-    kv_bytes_per_token: float  # per rank
-    reserved: dict[str, float] = field(default_factory=dict)  # bytes per component (per rank)
-    settings: dict[str, Any] = field(default_factory=dict)  # the engine settings the prediction assumed
-    assumptions: list[str] = field(default_factory=list)
-    context_len: int | None = None
-
-    @property
-    def max_concurrency(self) -> float | None:
-        return None if not self.context_len else self.engine_tokens / self.context_len
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["weights_gib"] = round(self.weights_bytes / GiB, 4)
-        d["kv_gib"] = round(self.kv_bytes / GiB, 4)
-        d["reserved_gib"] = {k: round(v / GiB, 4) for k, v in self.reserved.items()}
-        d["max_concurrency"] = None if self.max_concurrency is None else round(self.max_concurrency, 2)
-        d["basis"] = "derived"
-        return d
-
-
 def _vllm_defaults(total_bytes: float, gpu_name: str | None) -> tuple[int, int]:
     """vLLM V1 online-serving defaults: (max_num_batched_tokens, max_num_seqs).
 
@@ -417,25 +387,6 @@ def sglang_default_mem_fraction(total_bytes: float, tp: int = 1, chunked_prefill
     if total_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((total_mib - reserved) / total_mib, 3)
-
-
-@dataclass(frozen=True)
-class CapacitySettings:
-    """The engine settings one capacity prediction assumes (None: the engine's own default); each adapter's
-    ``predict_capacity`` reads the ones its engine has."""
-
-    util: float | None = None
-    context_len: int | None = None
-    max_num_batched_tokens: int | None = None
-    tp: int = 1
-    max_num_seqs: int | None = None
-    gpu_name: str | None = None
-    block_size: int = 16
-    page_size: int = 1
-    n_parallel: int = 1
-    kv_unified: bool = False
-    reserve_bytes: float | None = None
-    kv_cache_memory_bytes: float | None = None
 
 
 @dataclass

@@ -41,8 +41,15 @@ if TYPE_CHECKING:
 FORMATS = ("table", "json")
 EXIT_FALLBACK = 4
 EXIT_UNKNOWN = 5
-# warnings that mean "running in a degraded mode", listed by audit beside the fallbacks (not in the exit code)
-DEGRADED_KINDS = ("kv_scale_uncalibrated", "q_scale_uncalibrated", "q_scale_missing")
+# warnings that mean "running in a degraded mode", listed by audit beside the fallbacks (not in the exit code): the
+# kernel or path asked for runs, in a slower or less accurate mode (uncalibrated scales, untuned Triton configs for
+# this GPU, all-reduce through NCCL, xformers without its extensions, flash attention resolved off by "auto", a
+# compute buffer re-allocated without pipeline parallelism). A fallback is another, slower kernel put in the place of
+# the one asked for (Marlin for FP8 W8A8, xformers for FlashAttention, weights left on the CPU).
+DEGRADED_KINDS = ("kv_scale_uncalibrated", "q_scale_uncalibrated", "q_scale_missing", "moe_default_config",
+                  "w8a8_block_fp8_default_config", "custom_allreduce_disabled", "xformers_extensions_missing",
+                  "flash_attn_auto_disabled", "alloc_retried_without_pp")
+FAILED = "FAILED"
 NA = "n/a"
 NO_PROBE = "—"
 FINISHED = RunStatus.FINISHED
@@ -78,6 +85,7 @@ class AuditRow:
     degraded: str | None = None  # degraded-mode kinds (FP8 KV scale 1.0 ...), with the first line in degraded_evidence
     degraded_evidence: str | None = None
     engine_evidence: str | None = None  # "line N: marker" that decided the engine of a raw log
+    failure: str | None = None  # a raw log whose start failed: "kind at line N: text" (status FAILED)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,16 +201,25 @@ def log_verdict(report: LogReport) -> tuple[bool | None, str | None]:
         det = report.detection or {}
         return None, f"engine not recognised ({det.get('reason') or report.extra.get('detected') or 'no markers'})"
     from quantrack.engines import get_adapter
+    from quantrack.engines.runcheck import failure_phase, startup_failure
 
     # figures printed only once the weights are on the device (where fallback lines are printed); a banner, server
     # args or llama.cpp's print_info (the GGUF header) come before it and do not count
-    if not get_adapter(report.engine).loaded(report):
-        if report.errors:
-            first = report.errors[0]
-            return None, (f"the engine failed before loading the weights ({first.kind} at line {first.line_no}): "
-                          "no fallback could be printed yet")
-        return None, ("the log stops before the weights are loaded, where fallbacks are printed (no weight, KV or "
-                      "block figure in it)")
+    loaded = get_adapter(report.engine).loaded(report)
+    fatal = startup_failure(report)
+    if fatal is not None:  # a start that failed serves nothing: never "no fallback", whatever was printed before
+        where = f"{fatal.kind} at line {fatal.line_no}"
+        phase = failure_phase(fatal, report, loaded)
+        if phase == "before load":
+            return None, f"the engine failed before loading the weights ({where}): no fallback could be printed yet"
+        if phase == "after load":
+            return None, (f"the engine failed after loading the weights, sizing the KV cache or the context ({where}); "
+                          "no fallback line in the log")
+        return None, (f"the engine failed at startup ({where}); the log does not show whether the weights were "
+                      "loaded; no fallback line in it")
+    if not loaded:
+        return None, ("the log has no line printed once the weights are loaded (no weight, KV or block figure), "
+                      "where fallbacks are printed: it stops before them or is an excerpt without them")
     if report.quantization is None:
         return None, "the log names no quantization (no engine banner / server_args / GGUF file type)"
     return False, None
@@ -228,6 +245,7 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
         fell, why = log_verdict(rep)
         degraded = [e for e in rep.warnings if e.kind in DEGRADED_KINDS]
         ev = rep.engine_evidence[0] if rep.engine_evidence else None
+        failure = rep.extra.get("startup_failure") if rep.extra.get("startup_failed") else None
         out.append(AuditRow(
             node=path.name, source=str(path), arm=None, gpu=rep.gpu,
             compute_capability=rep.extra.get("compute_capability"), mig=None,
@@ -238,6 +256,7 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
             degraded=",".join(sorted({e.kind for e in degraded})) or None,
             degraded_evidence=f"{path.name}:{degraded[0].line_no}: {degraded[0].line.strip()}" if degraded else None,
             engine_evidence=f"line {ev['line_no']}: {ev['marker']}" if ev and ev.get("line_no") else None,
+            status=FAILED if failure else None, failure=failure,
         ))
     return out
 
@@ -325,6 +344,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
         return json.dumps({"nodes": [r.to_dict() for r in report.rows],
                            "fell_back": [r.node for r in report.fell_back],
                            "unknown": {r.node: r.unknown_reason for r in report.unknown},
+                           "failed": {r.node: r.failure for r in report.rows if r.failure},
                            "exit_code": report.exit_code,
                            "warnings": report.warnings, "fp8_probes": report.probes,
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
@@ -361,8 +381,11 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     for r in report.rows:
         if r.degraded:
             lines.append(f"DEGRADED {r.node}: {r.degraded_evidence or r.degraded}")
+    for r in report.rows:
+        if r.failure:
+            lines.append(f"FAILED {r.node}: the start failed ({r.failure})")
     lines.extend(report.warnings)
-    not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED))
+    not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED) and not r.failure)
     n_unknown = len(report.unknown)
     lines.append(f"{len(report.fell_back)} of {len(report.rows)} node(s) fell back"
                  + (" (exit 4)" if report.fell_back else "")

@@ -116,6 +116,6 @@ def test_one_default_util() -> None:
     hits = [f"{p.relative_to(PKG)}:{no}" for p in sorted(PKG.rglob("*.py"))
             for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
             if literal.search(line.split("#", 1)[0])]
-    assert hits == ["engines/__init__.py:" + str(next(
-        no for no, line in enumerate((PKG / "engines" / "__init__.py").read_text().splitlines(), 1)
+    assert hits == ["engines/registry.py:" + str(next(
+        no for no, line in enumerate((PKG / "engines" / "registry.py").read_text().splitlines(), 1)
         if line.startswith("DEFAULT_UTIL =")))]

@@ -112,10 +112,6 @@ def _under(names: Iterable[str], prefix: str) -> list[str]:
 
 # cycles being removed elsewhere, each with where: the list may only shrink
 KNOWN_CYCLES = [
-    # engine boundary: engines/base.py names capacity's types (TYPE_CHECKING), capacity asks the adapters; inside
-    # engines/, the registry (__init__) and detect/logparse/base import each other
-    ["quantrack.hardware.capacity", "quantrack.engines", "quantrack.engines.base", "quantrack.engines.detect",
-     "quantrack.engines.logparse"],
 ]
 
 

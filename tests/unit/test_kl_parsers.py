@@ -13,6 +13,7 @@ import pytest
 
 from quantrack.accuracy import kl
 from quantrack.accuracy.texts import default_texts, gsm8k_pair, load_texts
+from quantrack.engines import llamacpp, sglang, vllm
 from quantrack.errors import BadInput, EnvironmentMissing, NotFound
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kl"
@@ -23,19 +24,19 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "kl"
 
 def test_llamacpp_real_response_parses_to_top_k_with_greedy_token_first() -> None:
     cap = json.loads((DATA / "llamacpp-completion-nprobs.json").read_text())
-    top = kl.parse_llamacpp(cap["response"], 20)
+    top = llamacpp.parse_llamacpp(cap["response"], 20)
     assert len(top) == 20 and all(isinstance(t, int) for t in top)
     assert all(lp <= 0.0 for lp in top.values())
     # temperature 0: the sampled token is the argmax of the (pre-sampling) distribution
     assert kl.argmax(top) == cap["response"]["completion_probabilities"][0]["id"]
     # full-softmax log-probabilities: a top-20 of a 49k vocabulary holds less than all the mass
     assert 0.0 < kl.position_stats(top, top).base_tail < 1.0
-    assert len(kl.parse_llamacpp(cap["response"], 5)) == 5
+    assert len(llamacpp.parse_llamacpp(cap["response"], 5)) == 5
 
 
 def test_llamacpp_request_asks_one_token_with_raw_log_probabilities() -> None:
     cap = json.loads((DATA / "llamacpp-completion-nprobs.json").read_text())
-    path, body = kl.llamacpp_request(cap["request"]["prompt"], 20)
+    path, body = llamacpp.llamacpp_request(cap["request"]["prompt"], 20)
     assert path == "/completion"
     assert body == cap["request"]  # the request the real server answered above
     assert body["n_predict"] == 1 and body["post_sampling_probs"] is False and body["cache_prompt"] is True
@@ -54,7 +55,7 @@ def test_llamacpp_response_without_probabilities_is_a_clear_error() -> None:
     resp = dict(cap["response"])
     resp.pop("completion_probabilities")
     with pytest.raises(ValueError, match="no completion_probabilities"):
-        kl.parse_llamacpp(resp, 20)
+        llamacpp.parse_llamacpp(resp, 20)
 
 
 # -------------------------------------------------------------------------------------------------- vLLM
@@ -77,10 +78,10 @@ def _vllm_response(ids: list[int]) -> dict:
 
 def test_vllm_request_and_parser() -> None:
     ids = [1, 11, 12, 13, 14]
-    path, body = kl.vllm_request(ids, 3)
+    path, body = vllm.vllm_request(ids, 3)
     assert path == "/v1/completions"
     assert body["prompt"] == ids and body["prompt_logprobs"] == 3 and body["max_tokens"] == 1
-    tops = kl.parse_vllm(_vllm_response(ids), ids, 2, 3)
+    tops = vllm.parse_vllm(_vllm_response(ids), ids, 2, 3)
     assert len(tops) == 3  # positions 2, 3, 4
     assert all(set(t) == {100, 101, 102} for t in tops)  # the rank-4000 scored token is cut to the top-3
     assert tops[0][100] == -0.5
@@ -89,9 +90,9 @@ def test_vllm_request_and_parser() -> None:
 def test_vllm_parser_rejects_a_short_or_missing_list() -> None:
     ids = [1, 11, 12]
     with pytest.raises(ValueError, match="has 3 entries, expected 4"):
-        kl.parse_vllm(_vllm_response(ids), [*ids, 99], 1, 3)
+        vllm.parse_vllm(_vllm_response(ids), [*ids, 99], 1, 3)
     with pytest.raises(ValueError, match="no choices"):
-        kl.parse_vllm({"choices": []}, ids, 1, 3)
+        vllm.parse_vllm({"choices": []}, ids, 1, 3)
 
 
 # ------------------------------------------------------------------------------------------------ SGLang
@@ -114,11 +115,11 @@ def _sglang_response(ids: list[int], logprob_start_len: int) -> dict:
 def test_sglang_request_and_parser_align_on_logprob_start_len() -> None:
     ids = [1, 2, 3, 4, 5, 6]
     start = 3
-    path, body = kl.sglang_request(ids, start, 2)
+    path, body = sglang.sglang_request(ids, start, 2)
     assert path == "/generate"
     assert body["logprob_start_len"] == start - 1 and body["top_logprobs_num"] == 2
     assert body["input_ids"] == ids and body["return_logprob"] is True
-    tops = kl.parse_sglang(_sglang_response(ids, start - 1), ids, start, 2)
+    tops = sglang.parse_sglang(_sglang_response(ids, start - 1), ids, start, 2)
     assert [sorted(t) for t in tops] == [[201, 301], [202, 302], [203, 303]]  # ids[3], ids[4], ids[5]
 
 
@@ -126,9 +127,9 @@ def test_sglang_parser_catches_misalignment() -> None:
     ids = [1, 2, 3, 4, 5, 6]
     resp = _sglang_response([1, 2, 3, 9, 5, 6], 2)  # server scored other token ids
     with pytest.raises(ValueError, match="do not match"):
-        kl.parse_sglang(resp, ids, 3, 2)
+        sglang.parse_sglang(resp, ids, 3, 2)
     with pytest.raises(ValueError, match="expected 4"):
-        kl.parse_sglang(_sglang_response(ids, 1), ids, 3, 2)
+        sglang.parse_sglang(_sglang_response(ids, 1), ids, 3, 2)
 
 
 def test_openai_style_tokenize_body() -> None:

@@ -20,6 +20,7 @@ import pytest
 from quantrack.cli import main
 from quantrack.engines import parse_log_file
 from quantrack.engines.detect import detect_text, markers
+from quantrack.errors import BadInput
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "public-logs"
@@ -50,11 +51,16 @@ def got(report: Any, key: str) -> Any:
 
 
 def test_the_corpus_is_large_and_varied() -> None:
-    assert len(FILES) >= 50
+    assert len(FILES) >= 112
     engines = [expected(p)["engine"] for p in FILES]
-    assert {e: engines.count(e) for e in set(engines)} == {"vllm": 42, "sglang": 9, "llamacpp": 18}
-    urls = {re.search(r"^# source: (\S+)", meta(p), re.MULTILINE).group(1) for p in FILES}  # type: ignore[union-attr]
-    assert len(urls) >= 45 and all(u.startswith("https://github.com/") for u in urls)
+    assert {e: engines.count(e) for e in set(engines)} == {"vllm": 63, "sglang": 13, "llamacpp": 36}
+    urls = [re.search(r"^# source: (\S+)", meta(p), re.MULTILINE).group(1) for p in FILES]  # type: ignore[union-attr]
+    assert len(set(urls)) >= 105 and all(u.startswith("https://github.com/") for u in urls)
+    # a thread gives one excerpt, unless it holds distinct runs the corpus keeps apart (before/after, two settings)
+    repeated = sorted({u for u in urls if urls.count(u) > 1})
+    assert repeated == ["https://github.com/vllm-project/vllm/issues/10517", "https://github.com/vllm-project/vllm/issues/21348",
+                        "https://github.com/vllm-project/vllm/issues/25350", "https://github.com/vllm-project/vllm/pull/10511",
+                        "https://github.com/vllm-project/vllm/pull/13596"]
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
@@ -69,6 +75,11 @@ def test_sidecar_names_source_model_gpu_engine_settings(path: Path) -> None:
 @pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_auto_detection_reads_the_stated_figures(path: Path) -> None:
     want = expected(path)
+    if "refused" in want:  # a file quantrack must not read as one run: refused with the reason, one line
+        with pytest.raises(BadInput, match=want["refused"]) as exc:
+            parse_log_file(path)
+        assert "\n" not in str(exc.value)
+        return
     report = parse_log_file(path)  # --engine auto
     have = {k: got(report, k) for k in want}
     norm = {k: sorted(v) if isinstance(v, list) else v for k, v in want.items()}
@@ -173,21 +184,43 @@ def test_audit_over_the_corpus_and_garbage(tmp_path: Path, capsys: pytest.Captur
     data = json.loads(capsys.readouterr().out)
     by = {n["node"]: n for n in data["nodes"]}
     want_fallback = {p.name for p in FILES if expected(p).get("fallbacks")}
-    assert set(data["fell_back"]) == want_fallback and len(want_fallback) == 9
+    assert set(data["fell_back"]) == want_fallback and len(want_fallback) == 12
     for name in want_fallback:
         assert by[name]["fallback_kinds"] == ",".join(sorted(set(expected(LOGS / name)["fallbacks"])))
     assert data["unknown"]["zz-binary.log"] == "binary file, not a text log"
     assert data["unknown"]["zz-empty.log"] == "empty file, not a startup log"
     assert data["unknown"]["zz-nginx.log"].startswith("engine not recognised (no engine markers found")
-    # "no" only where the log was read past weight loading and names its quantization: of the excerpts, one (the
-    # V0.2 banner + blocks); the others stop before loading, or name no quantization, so they are unknown, not clean
+    # "no" only where the log was read past weight loading, names its quantization and did not fail: of the
+    # excerpts, two; the others stop before loading, name no quantization, or failed, so they are unknown, not clean
     clean = sorted(n for n, r in by.items() if r["fallback"] is False)
-    assert clean == ["vllm-2418-v02-banner-blocks.log"]
-    assert by["vllm-49011-5090-nvfp4-banner.log"]["unknown_reason"].startswith("the log stops before the weights")
+    assert clean == ["vllm-2418-v02-banner-blocks.log", "vllm-club3090-295-tp2-autoround-fp8e5m2-kv.log"]
+    assert by["vllm-49011-5090-nvfp4-banner.log"]["unknown_reason"].startswith("the log has no line printed once the "
+                                                                               "weights are loaded")
     assert by["vllm-substratus37-t4-bf16-error.log"]["unknown_reason"].startswith(
         "the engine failed before loading the weights (bf16_unsupported_error at line 1)")
     assert by["vllm-12569-v1-llama31-70b-w8a8.log"]["unknown_reason"] == (
         "the log names no quantization (no engine banner / server_args / GGUF file type)")
+    # every failed start is a FAILED node with its evidence line, never clean; the reason says where it failed
+    failed = {p.name for p in FILES if expected(p).get("startup_failed") is True}
+    assert failed <= set(data["failed"]) and len(data["failed"]) == 23
+    for name in data["failed"]:
+        assert by[name]["status"] == "FAILED" and by[name]["fallback"] is not False
+    assert by["vllm-27508-h100-gptoss-oom-profile.log"]["unknown_reason"].startswith(
+        "the engine failed after loading the weights")  # an OOM in the profile run, not before the weights
+    assert by["vllm-15617-two-launches-kv-too-small-then-oom.log"]["unknown_reason"].startswith("holds 2 runs")
+    # degraded paths are listed with their evidence line, outside the exit code
+    degraded = {n: r["degraded"] for n, r in by.items() if r["degraded"]}
+    assert degraded == {"llamacpp-26297-alloc-retry-no-pp.log": "alloc_retried_without_pp",
+                        "llamacpp-lmstudio1454-cpu-kv-fa-auto-disabled.log": "flash_attn_auto_disabled",
+                        "sglang-5390-dp-attention-b200-default-config.log": "w8a8_block_fp8_default_config",
+                        "sglang-5675-w8a8-block-fp8-default-config.log": "w8a8_block_fp8_default_config",
+                        "vllm-15340-custom-allreduce-disabled-8gpu.log": "custom_allreduce_disabled",
+                        "vllm-17619-default-moe-config.log": "moe_default_config",
+                        "vllm-llamafactory5050-fa2-missing-xformers.log": "xformers_extensions_missing"}
+    for name in degraded:  # the evidence is the file's own line, at its number
+        line_no = int(by[name]["degraded_evidence"].split(":")[1])
+        line = (LOGS / name).read_text().splitlines()[line_no - 1].strip()
+        assert by[name]["degraded_evidence"] == f"{name}:{line_no}: {line}"
     assert len(data["unknown"]) + len(clean) + len(want_fallback) == len(FILES) + 3
     text_exc = None
     try:
@@ -206,5 +239,5 @@ def test_only_unknown_nodes_exit_5(tmp_path: Path, capsys: pytest.CaptureFixture
         main(["audit", "--logs", str(tmp_path)])
     assert exc.value.code == 5
     out = capsys.readouterr().out
-    assert "UNKNOWN sglang-11716-tp8-init.log: the log stops before the weights are loaded" in out
+    assert "UNKNOWN sglang-11716-tp8-init.log: the log has no line printed once the weights are loaded" in out
     assert "0 of 1 node(s) fell back; 1 node(s) unknown: not read far enough to say (exit 5)." in out

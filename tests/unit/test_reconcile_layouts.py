@@ -106,7 +106,7 @@ def test_sglang_activation_dtype_is_not_the_weights() -> None:
 @pytest.mark.parametrize(("log", "args", "message"), [
     ("sglang-4895-4090-gemma3-load-weight.log", ["--model", "Llama-3.1-8B", "--gpu", "RTX 4090"],
      "arm unknown: the log names no quantization (no server_args line with quantization=); pass --arm"),
-    ("vllm-10517-rtx3090-llama31-8b-29k.log", ["--model", "Llama-3.1-8B"],
+    ("vllm-10517-rtx3090-llama31-8b-29k.log", ["--model", "Llama-3.1-8B", "--sized-before-failure"],
      "arm unknown: the log names no quantization (no engine banner with quantization=); pass --arm"),
     ("sglang-ktransformers1870-tp2-hybrid-gdn.log", ["--model", "Llama-3.1-8B", "--arm", "bf16", "--gpu", "RTX 4090"],
      ("cannot reconcile sglang-ktransformers1870-tp2-hybrid-gdn.log: the log shows a Mamba/linear-attention state "
@@ -114,7 +114,8 @@ def test_sglang_activation_dtype_is_not_the_weights() -> None:
     ("iklcpp-237-mla-context.log", ["--model", "Llama-3.1-8B", "--arm", "weights=q4_0,kv=auto"],
      ("cannot reconcile iklcpp-237-mla-context.log: the log shows an MLA cache (latent KV), which the capacity model "
      "does not cover")),
-    ("vllm-32105-pp-kv-too-small.log", ["--model", "Llama-3.1-8B", "--arm", "bf16", "--gpu", "H100"],
+    ("vllm-32105-pp-kv-too-small.log", ["--model", "Llama-3.1-8B", "--arm", "bf16", "--gpu", "H100",
+                                         "--sized-before-failure"],
      ("pipeline parallelism (pp 7: PP ranks in the log's process prefixes (highest rank + 1: at least 7)) is not "
      "modelled: the layer split per stage is not in the capacity model")),
     ("vllm-club3090-430-tp2-fp8-marlin-lmcache.log", ["--model", "Llama-3.1-8B", "--arm", "fp8", "--tp", "1"],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def test_fresh_store_prints_no_mlflow_info_and_tags_the_experiment_kind(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code = ("from quantrack import tracking as t\n"
+    code = ("from quantrack.store import tracking as t\n"
             f"c = t._client({uri!r})\n"
             f"t.experiment_id(c, 'exp', {uri!r})\n"
             "print(c.get_experiment_by_name('exp').tags.get('mlflow.experimentKind'))\n")
