@@ -20,7 +20,7 @@ from typing import Any
 from quantrack.errors import BadInput, did_you_mean
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
-SLO_STATS = ("p50", "p90", "p99", "mean")  # what the sweep records per level (measure/sweep.py level_row)
+SLO_STATS = ("p50", "p90", "p95", "p99", "mean")  # what the sweep records per level (measure/sweep.py level_row)
 SLO_NAMES = tuple(f"{m}_{s}" for m in SLO_METRICS for s in SLO_STATS)
 # Linear-time on any input: every number has one way to match ([0-9]+(.[0-9]*)? or .[0-9]+, never [0-9]*.?[0-9]+,
 # which backtracks quadratically on a long digit string), ASCII only (`@٤` is not 4), and inputs are length-capped

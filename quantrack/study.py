@@ -98,6 +98,24 @@ class SweepSpec:
     requests_per_level: int = setting(default=0, help="Requests per level; 0 = 4 x level, at least 8.", ge=0, flag="--requests")
     input_tokens: int | None = setting(default=None, help="Prompt length in tokens (default: [latency] input_tokens).", ge=1)
     output_tokens: int | None = setting(default=None, help="Output tokens per request (default: [latency] output_tokens).", ge=2)
+    rates: tuple[float, ...] = setting(default=(), help="Open-loop request rates (requests/s), e.g. [0.5, 1, 2].",
+                                       gt=0, le=1e6, flag="--rate")
+    arrival: str = setting(default="poisson", help="How rate levels send: Poisson or evenly spaced arrivals.",
+                           choices=("poisson", "constant"))
+    seed: int = setting(default=0, help="Seed of the arrival schedule (the same seed sends on the same schedule).",
+                        ge=0)
+    max_concurrency: int = setting(default=0, help="Most requests in flight at a rate level; 0 = no cap.", ge=0)
+    goodput: str | None = setting(default=None, help="Per-request SLOs in ms for goodput, e.g. 'ttft:500,tpot:50'.",
+                                  nonempty=True)
+    slo_search: str | None = setting(default=None, help="Find the highest level meeting an SLO such as "
+                                     "'tpot_p95<=50ms' (bisection between measured levels).", nonempty=True)
+    repeats: int = setting(default=1, help="Times each level is measured (mean and 95% t-interval when > 1).",
+                           ge=1, le=100)
+    scrape: bool = setting(default=True, help="Scrape the server's /metrics during each level.")
+    dataset: str = setting(default="random", help="Prompts: random filler of exact lengths, or GSM8K test questions "
+                           "with their reference answers' lengths as output.", choices=("random", "gsm8k"))
+    range_ratio: float = setting(default=0.0, help="Random lengths uniform in [L(1-r), L(1+r)] (as vLLM's "
+                                 "--random-range-ratio); 0 = fixed.", ge=0, le=0.99, flag="--random-range-ratio")
 
 
 @settings
@@ -206,11 +224,13 @@ def quick_study(study: Study) -> Study:
 
     sw = study.sweep
     levels = tuple(sorted({min(sw.concurrency), max(sw.concurrency)})) if sw.concurrency else ()
+    rates = tuple(sorted({min(sw.rates), max(sw.rates)})) if sw.rates else ()
     ev = study.eval
     return replace(
         study,
         latency=replace(study.latency, warmup=min(study.latency.warmup, 1), iterations=min(study.latency.iterations, 3)),
-        sweep=replace(sw, concurrency=levels, requests_per_level=4 if levels else sw.requests_per_level),
+        sweep=replace(sw, concurrency=levels, rates=rates, repeats=1,
+                      requests_per_level=4 if levels or rates else sw.requests_per_level),
         eval=replace(ev, num_questions=min(ev.num_questions, 3), kl_tokens=min(ev.kl_tokens, 64) if ev.kl_tokens else 0),
         tracking=replace(study.tracking, experiment=(study.tracking.experiment or study.name) + QUICK_SUFFIX),
         quick=True,
@@ -296,6 +316,7 @@ def _study(data: dict[str, Any], source: str) -> Study:
     if ev.task and ev.num_shots > SHIPPED_SHOTS:
         raise BadInput(f"[eval] num_shots: {SHIPPED_SHOTS} exemplars ship with quantrack, got {ev.num_shots} "
                        "(use `quantrack eval --data-dir` with a full GSM8K copy for more)")
+    _check_sweep_load(sections["sweep"])
     return Study(
         name=top["name"].strip(), description=top.get("description", ""), model=model,
         engine=sections["engine"], gpu=sections["gpu"], arms=tuple(arms),
@@ -305,6 +326,16 @@ def _study(data: dict[str, Any], source: str) -> Study:
     )
 
 
+def _check_sweep_load(sw: SweepSpec) -> None:
+    """[sweep] goodput / slo_search in their own grammar, before anything starts."""
+    from quantrack.measure.load import parse_criterion, parse_request_slo
+
+    if sw.goodput is not None:
+        parse_request_slo(sw.goodput, "[sweep] goodput")
+    if sw.slo_search is not None:
+        parse_criterion(sw.slo_search, "[sweep] slo_search")
+        if sw.concurrency and sw.rates:
+            raise BadInput("[sweep] slo_search bisects one kind of level: give concurrency or rates, not both")
 def local_model_path(value: str | None, folder: Path | None, is_file: bool = False) -> str | None:
     """A local GGUF value made absolute against the study file's folder; anything else unchanged.
 

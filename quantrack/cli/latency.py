@@ -24,7 +24,7 @@ A sample that returns fewer or more tokens than asked fails with its reason.
 Formulas (per request; median, mean and 95% CI across requests):
   TTFT  = first output chunk - request start
   TPOT  = (e2e - TTFT) / (output tokens - 1)    (vLLM/SGLang definition)
-  ITL   = gaps between output chunks (p50/p90/p99, pooled)
+  ITL   = gaps between output chunks (p50/p90/p95/p99, pooled)
   e2e   = last output chunk - request start
   decode tok/s = (output tokens - 1) / (e2e - TTFT)
   server TPOT (llama.cpp) = timings.predicted_per_token_ms
@@ -182,8 +182,9 @@ def render_result(row: dict[str, Any]) -> str:
             table.append([title, "-", "-", "-", "-", "-", "-"])
             continue
         ci = f"{_f(sm['ci95_low'])} .. {_f(sm['ci95_high'])}" if sm.get("ci95_low") is not None else "-"
-        table.append([title, _f(sm["median"]), _f(sm["mean"]), ci, _f(sm["p90"]), _f(sm["p99"]), sm["n"]])
-    lines.append(tabulate(table, headers=["", "median", "mean", "95% CI of mean", "p90", "p99", "n"]))
+        table.append([title, _f(sm["median"]), _f(sm["mean"]), ci, _f(sm["p90"]), _f(sm.get("p95")), _f(sm["p99"]),
+                      sm["n"]])
+    lines.append(tabulate(table, headers=["", "median", "mean", "95% CI of mean", "p90", "p95", "p99", "n"]))
     if row.get("tpot_vs_server_median_pct") is not None:
         lines.append(f"client TPOT vs llama.cpp server TPOT (medians): {row['tpot_vs_server_median_pct']:+.2f}%")
     for reason, count in {**row["failures"], **row["warmup_failures"]}.items():

@@ -13,12 +13,18 @@ from quantrack.cli.options import setting_option
 from quantrack.errors import BadInput, MeasurementError
 from quantrack.study import EngineSpec, LatencySpec, SweepSpec
 
-HELP = """Throughput and latency at several concurrency levels (measured).
+HELP = """Throughput and latency at several load levels (measured).
 
-At each level exactly C requests are kept in flight until --requests have finished
-(default 4 x C, at least 8), each with --input-tokens in (token ids from the server's
-/tokenize) and --output-tokens out (ignore_eos). Per level: output throughput, TTFT and
-TPOT p50/p90/p99, failures.
+Concurrency levels (closed loop): exactly C requests are kept in flight until --requests
+have finished (default 4 x C, at least 8). Rate levels (--rate, open loop): requests are
+sent at R/s on a seeded Poisson (or --arrival constant) schedule, at most
+--max-concurrency in flight; the achieved rate is shown beside R. Each request has
+--input-tokens in (token ids from the server's /tokenize) and --output-tokens out
+(ignore_eos). Per level: output throughput, TTFT and TPOT p50/p90/p95/p99, goodput
+against --goodput SLOs, the engine's own /metrics (KV usage, running/waiting,
+preemptions, prefix-cache hits), failures; --repeats N gives a mean and 95% interval.
+--slo-search bisects between the measured levels for the highest one meeting an SLO
+(the answer is always a measured level).
 
 \b
 Formulas:
@@ -29,6 +35,8 @@ Formulas:
 \b
 Examples:
   quantrack sweep --engine vllm --base-url http://127.0.0.1:8000 --concurrency 1,4,16,64 --save fp8.json
+  quantrack sweep --engine vllm --base-url URL --rate 1,2,4,8 --goodput ttft:500,tpot:50
+  quantrack sweep --engine vllm --base-url URL --concurrency 1,64 --slo-search 'tpot_p95<=50ms'
   quantrack sweep --plot bf16.json fp8.json --out speedup.png
 """
 
@@ -36,7 +44,19 @@ Examples:
 @click.command("sweep", help=HELP)
 @setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine behind --base-url.")
 @click.option("--base-url", help="Server root, e.g. http://127.0.0.1:8000")
-@setting_option(SweepSpec, "concurrency", default=(1, 4, 16, 64), help="Comma-separated levels.")
+@setting_option(SweepSpec, "concurrency", default=None, help="Comma-separated levels [default: 1,4,16,64 "
+                "without --rate].")
+@setting_option(SweepSpec, "rates", "--request-rate", help="Comma-separated request rates (requests/s): open-loop levels.")
+@setting_option(SweepSpec, "arrival")
+@setting_option(SweepSpec, "seed")
+@setting_option(SweepSpec, "max_concurrency")
+@setting_option(SweepSpec, "goodput", help="Per-request SLOs in ms, e.g. ttft:500,tpot:50,e2el:10000 "
+                "(the grammar of vllm bench serve --goodput).")
+@setting_option(SweepSpec, "slo_search")
+@setting_option(SweepSpec, "repeats")
+@setting_option(SweepSpec, "dataset", "--dataset-name")
+@setting_option(SweepSpec, "range_ratio")
+@click.option("--no-scrape", is_flag=True, help="Do not read the server's /metrics during the levels.")
 @setting_option(SweepSpec, "requests_per_level")
 # --random-input-len / --random-output-len: `vllm bench serve` and `sglang.bench_serving` (random dataset,
 # sglang@0033168f0:python/sglang/bench_serving.py usage); --input-len / --output-len: `vllm bench latency`
@@ -59,7 +79,17 @@ Examples:
 def sweep(
     engine: str | None,
     base_url: str | None,
-    concurrency: tuple[int, ...],
+    concurrency: tuple[int, ...] | None,
+    rates: tuple[float, ...],
+    arrival: str,
+    seed: int,
+    max_concurrency: int,
+    goodput: str | None,
+    slo_search: str | None,
+    repeats: int,
+    dataset: str,
+    range_ratio: float,
+    no_scrape: bool,
     requests_per_level: int,
     input_tokens: int,
     output_tokens: int,
@@ -96,13 +126,21 @@ def sweep(
         raise BadInput("--engine and --base-url are required (or use --plot BASE.json ARM.json)")
 
     from quantrack.interrupts import Interrupted
-    from quantrack.measure.sweep import run_sweep
+    from quantrack.measure.load import parse_criterion, parse_request_slo
+    from quantrack.measure.sweep import LoadOptions, run_sweep
 
+    levels = list(concurrency) if concurrency is not None else ([] if rates else [1, 4, 16, 64])
+    load = LoadOptions(arrival=arrival, seed=seed, max_concurrency=max_concurrency or None,
+                       slo=parse_request_slo(goodput) if goodput else None, repeats=repeats, scrape=not no_scrape,
+                       search=parse_criterion(slo_search) if slo_search else None, dataset=dataset,
+                       range_ratio=range_ratio)
     try:
         result = run_sweep(
             base_url,
             engine,
-            list(concurrency),
+            levels,
+            rates=list(rates or ()),
+            load=load,
             requests_per_level=requests_per_level or None,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
@@ -140,6 +178,9 @@ def sweep(
         raise MeasurementError(f"{failed} requests failed: {text} (use --allow-failures to accept)")
 
 
+RAMP_WARN = 0.9  # a closed-loop level whose mean in-flight requests fall below this share of C is ramp/drain-bound
+
+
 def _no_num_prompts(value: int | None) -> None:
     """vLLM/SGLang's --num-prompts counts every request of a run; quantrack's --requests counts per level."""
     if value is not None:
@@ -158,25 +199,51 @@ def _render_sweep(data: dict[str, Any]) -> str:
         f"sweep (measured) - {data['label'] or '(no label)'}: {data['engine']} at {data['base_url']}, model {data['model']}\n"
         f"input {data['input_tokens']} tokens ({data['prompt']}), output {data['output_tokens']} tokens (ignore_eos)"
     )
+    from quantrack.measure.sweep import level_label
+
     table = []
     for r in data["rows"]:
         tt, tp = r["ttft_ms"] or {}, r["tpot_ms"] or {}
-        table.append(
-            [
-                r["concurrency"],
-                f"{r['n_ok']}/{r['requests']}",
-                _f(r["wall_s"]),
-                _f(r["output_tok_s"], 1),
-                _f(tt.get("p50")),
-                _f(tt.get("p90")),
-                _f(tt.get("p99")),
-                _f(tp.get("p50")),
-                _f(tp.get("p90")),
-                _f(tp.get("p99")),
-            ]
-        )
-    headers = ["conc", "ok/sent", "wall s", "out tok/s", "TTFT p50", "p90", "p99", "TPOT p50 ms", "p90", "p99"]
-    lines = [head, tabulate(table, headers=headers)]
+        gp, sm = r.get("goodput") or {}, r.get("server_metrics") or {}
+        ci = (r.get("repeat_stats") or {}).get("output_tok_s")
+        tps = _f(r["output_tok_s"], 1) + (f" [{ci['ci95_low']:.1f}–{ci['ci95_high']:.1f}]"
+                                           if ci and ci.get("ci95_low") is not None else "")
+        level = level_label(r) + ("*" if r.get("search") else "")
+        if r.get("mode") == "rate":
+            level += f" ({_f(r.get('achieved_rate'))}/s)"
+        table.append([
+            level, f"{r['n_ok']}/{r['requests']}", _f(r["wall_s"]), tps,
+            _f(tt.get("p50")), _f(tt.get("p95")), _f(tt.get("p99")),
+            _f(tp.get("p50")), _f(tp.get("p95")), _f(tp.get("p99")),
+            _f(gp.get("request_s")), _f(sm.get("kv_usage_max")), _f(sm.get("running_max"), 0),
+            _f(sm.get("waiting_max"), 0),
+        ])
+    headers = ["level (achieved)", "ok/sent", "wall s", "out tok/s", "TTFT p50", "p95", "p99", "TPOT p50 ms", "p95",
+               "p99", "goodput req/s", "KV max", "run max", "wait max"]
+    lines = [head, tabulate(table, headers=headers, disable_numparse=True)]
+    load = data.get("load") or {}
+    if load.get("slo"):
+        lines.append("goodput SLO (per request, ms): " + ", ".join(f"{k} <= {v:g}" for k, v in load["slo"].items()))
+    if any(r.get("mode") == "rate" for r in data["rows"]):
+        lines.append(f"rate levels: {load.get('arrival')} arrivals, seed {load.get('seed')}, max concurrency "
+                     f"{load.get('max_concurrency') or 'none'}; (achieved) = (sent - 1) / dispatch span")
+    if (load.get("repeats") or 1) > 1:
+        lines.append(f"repeats: {load['repeats']} per level; figures are means, [95% t-interval] of out tok/s")
+    thin = [f"{level_label(r)} {r['mean_in_flight'] / r['concurrency']:.0%}" for r in data["rows"]
+            if r.get("mode") != "rate" and isinstance(r.get("mean_in_flight"), (int, float))
+            and r.get("concurrency") and r["mean_in_flight"] / r["concurrency"] < RAMP_WARN]
+    if thin:
+        lines.append("⚠ mean requests in flight / level below 90% (ramp-up and drain inside the wall time): "
+                     + ", ".join(thin) + "; raise --requests (vllm bench serve's --num-prompts default is 1000) "
+                     "for steady-state figures")
+    if any(r.get("server_metrics") for r in data["rows"]):
+        lines.append("KV max / run max / wait max: the engine's own /metrics during the level (- = not served)")
+    s_ = data.get("slo_search")
+    if s_:
+        lines.append(f"SLO search {s_['criterion']}: highest measured {s_['mode']} meeting it: "
+                     f"{s_['limit'] if s_['limit'] is not None else 'none'}"
+                     + (f"; first miss {s_['first_miss']}" if s_.get("first_miss") is not None else
+                        " (no measured level missed: the limit is at least that)") + "; * = measured by the search")
     for r in data["rows"]:
         for reason, n in r["failures"].items():
             lines.append(f"FAILED x{n} at concurrency {r['concurrency']}: {reason}")

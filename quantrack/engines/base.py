@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import Arm
 
@@ -267,6 +267,12 @@ class EngineAdapter(ABC):
     methods: Mapping[str, Any] | None = None
 
     max_prompt_logprobs: int | None = None  # the most top-k log-probabilities per prompt position by default
+    # the engine's own view during a sweep level (quantrack.measure.scrape): Prometheus series per figure, the
+    # first name present wins (kv_usage, running, waiting: gauges; preemptions, prefix_hits / prefix_queries,
+    # prompt_cached / prompt_uncached: counters; prefix_hit_rate: a gauge); slots_path: busy slots, if served
+    metrics_path: str = "/metrics"
+    slots_path: str | None = None
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     # -- wire format (pure; quantrack.engines.scoring) ------------------------------------------------
     def tokenize_request(self, text: str, add_special: bool = True,

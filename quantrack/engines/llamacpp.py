@@ -12,7 +12,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import GGUF_TYPES, Arm
 from quantrack.engines.base import (
@@ -737,6 +737,14 @@ def parse_llamacpp(resp: Any, k: int) -> TopK:
 
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
+    # observed from the xllamacpp 2026.10.11549 server started with --metrics: no KV-usage gauge, no preemptions
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        "prompt_uncached": ("llamacpp:prompt_tokens_total",),
+        "prompt_cached": ("llamacpp:prompt_tokens_cached_total",),
+    }
+    slots_path = "/slots"
     label = "llama.cpp"
     # /health: 200 with {"status": "ok"} once the model is loaded
     serving = Serving(default_port=8080, health_path="/health", health_needs_status_ok=True, local_file=True,

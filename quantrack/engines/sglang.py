@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import Arm
 from quantrack.engines.base import (
@@ -510,6 +510,14 @@ def parse_sglang(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK
 
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
+    # with --enable-metrics (python/sglang/srt/metrics/collector.py); not yet checked against a live server
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kv_usage": ("sglang:token_usage",),
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "preemptions": ("sglang:num_retracted_reqs",),
+        "prefix_hit_rate": ("sglang:cache_hit_rate",),
+    }
     label = "SGLang"
     serving = Serving(default_port=30000, health_path="/health")
     memory = MemoryModel(gpu_share=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import GGUF_ONLY_TYPES, Arm
 from quantrack.engines import DEFAULT_UTIL
@@ -855,6 +855,15 @@ def parse_vllm(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK]:
 
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
+    # V1 metrics (vllm/v1/metrics/loggers.py; vllm@v0.31.0 :677 names vllm:num_preemptions, exposed with _total)
+    metric_series: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+        "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
+        "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
+    }
     label = "vLLM"
     # /health: listed in the real 0.25 log ("Route: /health, Methods: GET")
     serving = Serving(default_port=8000, health_path="/health")

@@ -48,6 +48,7 @@ class Summary:
     p99: float
     min: float
     max: float
+    p95: float = math.nan  # after the others: positional construction of older callers stays valid
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +81,7 @@ def summarize(values: Sequence[float]) -> Summary | None:
         p99=percentile(vals, 99.0),
         min=min(vals),
         max=max(vals),
+        p95=percentile(vals, 95.0),
     )
 
 

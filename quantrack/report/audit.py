@@ -361,6 +361,29 @@ def _pct(v: float | None) -> str:
     return NA if v is None else f"{v:+.1f}%"
 
 
+def _node_lines(report: AuditReport) -> list[str]:
+    """One line per finding under the table: fallbacks, unknowns, degraded paths, failed starts, contention, KV
+    scales."""
+    lines: list[str] = []
+    for r in report.fell_back:
+        lines.append(f"FALLBACK {r.node}: {r.evidence or 'no evidence line recorded'}")
+    for r in report.unknown:
+        lines.append(f"UNKNOWN {r.node}: {r.unknown_reason or 'not read'}")
+    for r in report.rows:
+        if r.degraded:
+            lines.append(f"DEGRADED {r.node}: {r.degraded_evidence or r.degraded}")
+    for r in report.rows:
+        if r.failure:
+            lines.append(f"FAILED {r.node}: the start failed ({r.failure})")
+        if r.tpot_contention:
+            lines.append(f"⚠ CONTENTION {r.node}: TPOT measured under contention ({r.tpot_contention}); its TPOT and "
+                         "every TPOT vs median of its group are not a property of the node")
+    for r in report.rows:  # quantized KV caches: which scales the engine used (quantrack.engines.kvscale)
+        if r.kv_scales and r.kv_scales != "not-quantized":
+            lines.append(f"KV SCALES {r.node}: {r.kv_scales} ({r.kv_scale_evidence or 'no line recorded'})")
+    return lines
+
+
 def render(report: AuditReport, fmt: str = "table") -> str:
     if fmt not in FORMATS:
         raise BadInput(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; formats: {', '.join(FORMATS)}")
@@ -401,23 +424,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
                      _pct(r.capacity_error_pct), tpot, vs,
                      "log" if r.status is None else r.status])
     text = tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
-    lines = [text, ""]
-    for r in report.fell_back:
-        lines.append(f"FALLBACK {r.node}: {r.evidence or 'no evidence line recorded'}")
-    for r in report.unknown:
-        lines.append(f"UNKNOWN {r.node}: {r.unknown_reason or 'not read'}")
-    for r in report.rows:
-        if r.degraded:
-            lines.append(f"DEGRADED {r.node}: {r.degraded_evidence or r.degraded}")
-    for r in report.rows:
-        if r.failure:
-            lines.append(f"FAILED {r.node}: the start failed ({r.failure})")
-        if r.tpot_contention:
-            lines.append(f"⚠ CONTENTION {r.node}: TPOT measured under contention ({r.tpot_contention}); its TPOT and "
-                         "every TPOT vs median of its group are not a property of the node")
-    for r in report.rows:  # quantized KV caches: which scales the engine used (quantrack.engines.kvscale)
-        if r.kv_scales and r.kv_scales != "not-quantized":
-            lines.append(f"KV SCALES {r.node}: {r.kv_scales} ({r.kv_scale_evidence or 'no line recorded'})")
+    lines = [text, "", *_node_lines(report)]
     lines.extend(report.warnings)
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED) and not r.failure)
     n_unknown = len(report.unknown)

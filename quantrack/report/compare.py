@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from quantrack.report.armrun import (
     by_gpu,
     paired_test,
 )
-from quantrack.run.schema import HYGIENE_STEPS, ContentionState, FallbackState, Metric, RunStatus
+from quantrack.run.schema import HYGIENE_STEPS, ContentionState, FallbackState, Metric, RunStatus, Tag
 
 if TYPE_CHECKING:
     from quantrack.hardware.pricing import PriceTable
@@ -74,6 +75,17 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("contention", "Contention", ("measured: host contention while each timed step ran (quantrack.measure.hygiene); "
                                   "⚠ marks every figure built on a contended step")),
 )
+# Shown (in --wide, csv, md, json) when some arm's sweep recorded them (quantrack.measure.sweep: rate levels,
+# p95, goodput, repeats, the engine's scraped /metrics, the SLO search); the level is the arm's highest measured.
+LOAD_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("sweep_level", "Sweep level", "measured: the arm's highest sweep level (cN in flight, rN requests/s)"),
+    ("sweep_tps", "Sweep out tok/s", "measured: output tok/s at that level; [95% t-interval] over repeats"),
+    ("sweep_tpot_p95", "TPOT p95", "measured: client TPOT p95 (ms) at that level"),
+    ("goodput", "Goodput req/s", "measured: requests meeting every per-request SLO / wall time, at that level"),
+    ("engine_view", "Engine KV / run / wait", ("measured by the engine: max KV-cache usage, running and waiting "
+                                               "requests from its /metrics during that level (— = not served)")),
+    ("slo_limit", "SLO limit", "measured: highest measured level meeting [sweep] slo_search (first miss)"),
+)
 
 
 @dataclass
@@ -87,9 +99,10 @@ class CompareTable:
     skipped: dict[str, dict[str, int]] = field(default_factory=dict)  # arm -> {status: runs not shown}
     narrow: list[dict[str, str]] = field(default_factory=list)  # the default table's merged cells, per row
     study_running: bool = False  # a parent study run of this experiment is still RUNNING (more arms may come)
+    columns: tuple[tuple[str, str, str], ...] = COLUMNS  # + LOAD_COLUMNS when an arm recorded them
 
     def headers(self) -> list[str]:
-        return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header) for _, h, _ in COLUMNS]
+        return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header) for _, h, _ in self.columns]
 
 
 def _skipped_note(skipped: dict[str, dict[str, int]], chosen: dict[str, ArmRun]) -> str | None:
@@ -296,6 +309,9 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "status": _status(r),
             "contention": _contention_cell(r),
         }
+        load = load_cells(r)
+        if load is not None:
+            row.update(load[0])
         table.rows.append(row)
         is_base = arm == base_name
         p = pt.comparison.mcnemar_p if pt is not None and pt.comparison is not None else None
@@ -324,6 +340,9 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "contention": {step: {"state": r.contention_of(step).state, "reasons": r.contention_of(step).reasons}
                            for step in HYGIENE_STEPS},
         })
+        if load is not None:
+            table.raw[-1]["sweep_levels"] = load[1]
+    _add_load_columns(table)
     if base_name is None and chosen:
         table.notes.append("no baseline: pass --baseline ARM (no arm is named bf16 or tagged as baseline)")
     table.notes.append("measured: weights, capacity and KV MiB (engine log), TPOT (client), GSM8K (eval), fallback "
@@ -355,6 +374,112 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
     if skipped:
         table.notes.append(skipped)
     return table
+
+
+def sweep_levels(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
+    """{level label (c16 / r2.5): {figure: value}} from the sweep metrics (``sweep_<figure>_<level>``)."""
+    from quantrack.run.schema import SWEEP_LEVEL
+
+    out: dict[str, dict[str, float]] = {}
+    for k, v in metrics.items():
+        m = SWEEP_LEVEL.match(k)
+        if m and isinstance(v, (int, float)) and math.isfinite(v):
+            figure, level = m.group(1), m.group(2)
+            if figure == "output_tps" or figure.startswith(("tpot_ms", "ttft_ms", "e2e_ms", "goodput", "engine_",
+                                                            "output_tps_ci", "achieved_rate", "request_tps")):
+                out.setdefault(level, {})[figure] = float(v)
+    return out
+
+
+def _top_level(levels: dict[str, dict[str, float]]) -> str | None:
+    conc = [k for k in levels if k.startswith("c") and k[1:].isdigit()]
+    if conc:
+        return max(conc, key=lambda k: int(k[1:]))
+    rates = []
+    for k in levels:
+        try:
+            rates.append((float(k[1:]), k))
+        except ValueError:
+            continue
+    return max(rates)[1] if rates else None
+
+
+def load_cells(run: RunRow | ArmRun) -> tuple[dict[str, str], dict[str, dict[str, float]]] | None:
+    """The load columns of one arm (None when its sweep recorded none of the load figures)."""
+    from quantrack.run.schema import SWEEP_SLO_LIMIT
+
+    r = run.row if isinstance(run, ArmRun) else run
+    levels = sweep_levels(r.metrics)
+    richer = any(f.startswith(("tpot_ms_p95", "goodput", "engine_", "output_tps_ci")) for lv in levels.values()
+                 for f in lv)
+    if not richer:
+        return None
+    top = _top_level(levels)
+    figs = levels.get(top or "", {})
+    tps = figs.get("output_tps")
+    cell = FILL if tps is None else f"{tps:,.1f}"
+    if tps is not None and figs.get("output_tps_ci_low") is not None and figs.get("output_tps_ci_high") is not None:
+        cell += f" [{figs['output_tps_ci_low']:,.1f}–{figs['output_tps_ci_high']:,.1f}]"
+    if top and top.startswith("r") and figs.get("achieved_rate") is not None:
+        top_cell = f"{top}/s (achieved {figs['achieved_rate']:.2f})"
+    else:
+        top_cell = top or FILL
+
+    def num(k: str, d: int = 2) -> str:
+        return "—" if figs.get(k) is None else f"{figs[k]:,.{d}f}"
+
+    engine = " / ".join((num("engine_kv_usage_max"), num("engine_running_max", 0), num("engine_waiting_max", 0)))
+    crit = r.tags.get(Tag.SLO_SEARCH)
+    lim = r.metrics.get(SWEEP_SLO_LIMIT)
+    if crit:
+        unit = "c" if r.tags.get(Tag.SLO_SEARCH_MODE) == "concurrency" else "r"
+        miss = r.tags.get(Tag.SLO_SEARCH_FIRST_MISS)
+        slo = (f"{unit}{lim:g}" if lim is not None else "none") + f" ({crit}; first miss " \
+            f"{(unit + miss) if miss and miss != 'none' else 'none'})"
+    else:
+        slo = "— (no slo_search)"
+    return ({"sweep_level": top_cell, "sweep_tps": cell, "sweep_tpot_p95": num("tpot_ms_p95"),
+             "goodput": num("goodput_rps", 3) if figs.get("goodput_rps") is not None else "— (no goodput SLO)",
+             "engine_view": engine, "slo_limit": slo}, levels)
+
+
+def _add_load_columns(table: CompareTable) -> None:
+    if any("sweep_level" in row for row in table.rows):
+        table.columns = COLUMNS + LOAD_COLUMNS
+        for row in table.rows:
+            for k, _, _ in LOAD_COLUMNS:
+                row.setdefault(k, FILL)
+        table.notes.extend(_noise_notes(table))
+
+
+def _noise_notes(table: CompareTable) -> list[str]:
+    """Arms whose top-level throughput intervals (repeats) overlap the baseline's: the difference is within
+    run-to-run noise."""
+    from quantrack.measure.load import within_noise
+
+    def interval(raw: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+        levels = raw.get("sweep_levels") or {}
+        top = _top_level(levels)
+        f = levels.get(top or "", {})
+        if f.get("output_tps_ci_low") is None:
+            return top, None
+        return top, {"ci95_low": f["output_tps_ci_low"], "ci95_high": f["output_tps_ci_high"]}
+
+    base = next((x for x in table.raw if x["arm"] == table.baseline), None)
+    if base is None:
+        return []
+    bl, bi = interval(base)
+    same = []
+    for x in table.raw:
+        if x is base:
+            continue
+        lvl, xi = interval(x)
+        if lvl == bl and within_noise(bi, xi):
+            same.append(x["arm"])
+    if not same:
+        return []
+    return [(f"≈ sweep throughput of {', '.join(same)} at {bl} lies within run-to-run noise of {table.baseline} "
+             "(their 95% intervals over repeats overlap): not a measured difference.")]
 
 
 def _contention_notes(runs: list[ArmRun]) -> list[str]:
@@ -444,12 +569,12 @@ def render(table: CompareTable, fmt: str = "table", wide: bool = False) -> str:
     if fmt not in FORMATS:
         raise BadInput(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; formats: {', '.join(FORMATS)}")
     headers = table.headers()
-    keys = [k for k, _, _ in COLUMNS]
+    keys = [k for k, _, _ in table.columns]
     body = [[row[k] for k in keys] for row in table.rows]
     if fmt == "json":
         return json.dumps({
             "experiment": table.experiment, "baseline": table.baseline,
-            "columns": [{"key": k, "header": h, "source": s} for (k, _, s), h in zip(COLUMNS, headers)],
+            "columns": [{"key": k, "header": h, "source": s} for (k, _, s), h in zip(table.columns, headers)],
             "rows": table.rows, "values": table.raw, "fill_in": FILL, "notes": table.notes,
         }, indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":

@@ -93,7 +93,7 @@ class DecisionReport:
                 "delta_ci": a.acc.delta_ci, "paired": a.acc.paired, "distinguishable": a.acc.distinguishable,
                 "n": a.acc.n, "n_needed": a.acc.n_needed, "budget_status": a.acc.budget_status,
                 "kl": a.kl.to_dict(), "top1": a.top1.to_dict(), "kl_status": a.kl_status,
-                "kl_method": a.kl_method, "kv_scales": a.kv_scales,
+                "kl_method": a.kl_method, "kv_scales": a.kv_scales, "load": a.load,
             }
         return {"experiment": self.experiment, "constraints": self.constraints.describe(),
                 "sections": [{"gpu": s.gpu, "baseline": s.baseline, "frontier": s.frontier,

@@ -33,6 +33,7 @@ from quantrack.run.schema import (
 
 if TYPE_CHECKING:
     from quantrack.hardware.pricing import PriceTable
+    from quantrack.store.records import RunRow
 
 
 GSM8K_SIZE = 1319  # questions in the GSM8K test split (quantrack/data/gsm8k/test.jsonl)
@@ -112,6 +113,7 @@ class ArmDecision:
     skipped: dict[str, int] = field(default_factory=dict)
     kv_scales: str | None = None  # a quantized KV cache: the scales the engine's lines showed, with the line
     kl_method: str | None = None  # teacher-forced | decode-greedy (run param kl_method)
+    load: list[str] = field(default_factory=list)  # goodput, SLO search, the engine's view (load_explanation)
 
 
 def arm_levels(r: ArmRun, uri: str | None, need_artifact: bool) -> tuple[dict[int, dict[str, Figure]], bool]:
@@ -473,7 +475,56 @@ def decide_arm(r: ArmRun, base: ArmRun | None, is_base: bool, c: Constraints, pr
     if a.warnings:
         a.rule_messages = _rule_messages(r, uri)
     set_verdict(a, c)
+    a.load = load_explanation(r.row)
+    a.reasons += a.load
     return a
+
+
+def load_explanation(r: RunRow) -> list[str]:
+    """What the sweep's load figures say about the arm (all measured; the engine's own where scraped): the SLO
+    search's answer, goodput, and why the throughput is what it is, from KV usage / waiting / preemptions at the
+    arm's highest level (an arm that never fills its KV cache gains nothing from a bigger one)."""
+    from quantrack.report.compare import _top_level, sweep_levels
+    from quantrack.run.schema import SWEEP_SLO_LIMIT, Tag
+
+    out: list[str] = []
+    crit = r.tags.get(Tag.SLO_SEARCH)
+    if crit:
+        unit = "c" if r.tags.get(Tag.SLO_SEARCH_MODE) == "concurrency" else "r"
+        lim, miss = r.metrics.get(SWEEP_SLO_LIMIT), r.tags.get(Tag.SLO_SEARCH_FIRST_MISS)
+        where = f"{unit}{lim:g}" if lim is not None else "no measured level"
+        tail = (f"; first miss {unit}{miss}" if miss and miss != "none"
+                else "; no measured level missed it (the limit is at least that)")
+        out.append(f"SLO search {crit}: highest measured level meeting it {where}{tail} (bisection over measured "
+                   "levels, never interpolated)")
+    levels = sweep_levels(r.metrics)
+    top = _top_level(levels)
+    if top is None:
+        return out
+    f = levels[top]
+    if f.get("goodput_rps") is not None:
+        frac = f.get("goodput_fraction")
+        out.append(f"goodput at {top}: {f['goodput_rps']:.3g} req/s"
+                   + (f" ({frac:.0%} of requests met every per-request SLO)" if frac is not None else ""))
+    kv, wait, pre = f.get("engine_kv_usage_max"), f.get("engine_waiting_max"), f.get("engine_preemptions")
+    run = f.get("engine_running_max")
+    if kv is not None:
+        if kv >= 0.9 or (pre or 0) > 0:
+            out.append(f"engine at {top}: KV cache peaked at {kv:.0%}" + (f", {pre:g} preemptions" if pre else "")
+                       + (f", up to {wait:g} waiting" if wait else "") + ": capacity-bound, so more KV-cache "
+                       "capacity (e.g. an FP8 KV cache) can raise throughput here")
+        elif not wait:
+            out.append(f"engine at {top}: KV cache peaked at {kv:.0%} with nothing waiting: the cache never filled, "
+                       "so a bigger KV cache cannot raise this throughput (compute- or client-bound)")
+        else:
+            out.append(f"engine at {top}: KV cache peaked at {kv:.0%} with up to {wait:g} waiting: requests "
+                       "queued with free cache (the engine's batch or slot limit held them)")
+    elif run is not None:
+        out.append(f"engine at {top}: up to {run:g} running and {wait or 0:g} waiting (it serves no KV-usage "
+                   "figure)" + (": the server's slots capped the level, more KV cache would not help"
+                                if wait else ""))
+    return out
+
 
 
 def set_verdict(a: ArmDecision, c: Constraints) -> None:

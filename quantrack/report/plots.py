@@ -34,6 +34,8 @@ def contention_note(states: dict[str, bool | None]) -> str:
 
 def speedup_points(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per shared concurrency level: throughput ratio (B/A) and TPOT ratio (A/B); None if a side is missing."""
+    rows_a = [r for r in rows_a if isinstance(r.get("concurrency"), int)]  # rate levels have their own x axis
+    rows_b = [r for r in rows_b if isinstance(r.get("concurrency"), int)]
     by_a = {int(r["concurrency"]): r for r in rows_a}
     points = []
     for rb in sorted(rows_b, key=lambda r: int(r["concurrency"])):
@@ -102,6 +104,48 @@ def plot_speedup(
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         write_atomic(out, buf.getvalue())  # a full disk leaves no 0-byte PNG, and the message names it
+    finally:
+        plt.close(fig)
+    return out
+
+
+ENGINE_PANELS = (("kv_usage_max", "KV-cache usage (max, fraction)"), ("running_max", "running requests (max)"),
+                 ("waiting_max", "waiting requests (max)"), ("prefix_cache_hit_rate", "prefix-cache hit rate"))
+
+
+def plot_engine_metrics(rows: list[dict[str, Any]], path: str | Path, *, label: str = "arm") -> Path | None:
+    """The engine's own figures per level (scraped from its /metrics) beside the measured output tok/s; None
+    when no level carries a scraped figure. The x axis is the level (cN or rN/s) in the order measured."""
+    pts = [(r, r.get("server_metrics") or {}) for r in rows]
+    panels = [(k, t) for k, t in ENGINE_PANELS if any(isinstance(m.get(k), (int, float)) for _, m in pts)]
+    if not panels:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from quantrack.measure.sweep import level_label
+
+    labels = [level_label(r) for r, _ in pts]
+    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(6.4, 1.9 * (len(panels) + 1)), dpi=120, sharex=True)
+    try:
+        xs = list(range(len(pts)))
+        tps = [r.get("output_tok_s") for r, _ in pts]
+        axes[0].plot([x for x, v in zip(xs, tps) if v is not None], [v for v in tps if v is not None], marker="o")
+        axes[0].set_ylabel("out tok/s", fontsize=8)
+        axes[0].set_title(f"{label}: throughput and the engine's own view (measured)", fontsize=9)
+        for ax, (key, title) in zip(axes[1:], panels):
+            vals = [m.get(key) for _, m in pts]
+            ax.plot([x for x, v in zip(xs, vals) if isinstance(v, (int, float))],
+                    [v for v in vals if isinstance(v, (int, float))], marker="s", color="tab:orange")
+            ax.set_ylabel(title, fontsize=7)
+            ax.grid(True, alpha=0.3)
+        axes[-1].set_xticks(xs, labels=labels)
+        axes[-1].set_xlabel("level (cN = N in flight, rN = N requests/s)")
+        out = Path(path)
+        fig.tight_layout()
+        fig.savefig(out, format="png")
     finally:
         plt.close(fig)
     return out

@@ -62,13 +62,21 @@ def say_latency(say: Progress, arm: Arm, lat: LatencyResult, seconds: float | No
 
 
 def say_sweep(say: Progress, arm: Arm, sweep: SweepResult, seconds: float | None = None) -> None:
+    from quantrack.measure.sweep import level_label
+
     cells = []
     for r in sweep.rows:
         tps = r.get("output_tok_s")
-        cells.append(f"c{r.get('concurrency')}: {tps:.1f} tok/s" if isinstance(tps, (int, float)) else
-                     f"c{r.get('concurrency')}: n/a")
+        what = level_label(r) + (f" (achieved {r['achieved_rate']:.2f}/s)"
+                                 if isinstance(r.get("achieved_rate"), (int, float)) else "")
+        cells.append(f"{what}: {tps:.1f} tok/s" if isinstance(tps, (int, float)) else f"{what}: n/a")
     if cells:
         say(f"[{arm.name}] sweep: output throughput {', '.join(cells)} (measured){took(seconds)}")
+    s = sweep.slo_search
+    if s:
+        say(f"[{arm.name}] SLO search {s['criterion']}: highest measured {s['mode']} meeting it "
+            f"{s['limit'] if s['limit'] is not None else 'none'}"
+            + (f", first miss {s['first_miss']}" if s.get("first_miss") is not None else " (no level missed)"))
 
 
 def say_eval(say: Progress, arm: Arm, ev: EvalResult, seconds: float | None = None) -> None:

@@ -66,6 +66,7 @@ from quantrack.run.schema import (
 from quantrack.run.steps import (
     check_server_log,
     local_node,
+    step_engine_plot,
     step_eval,
     step_kl,
     step_latency,
@@ -209,8 +210,10 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
             _say_contention(say, arm, out, "latency")
             say_latency(say, arm, out.latency, out.step_s.get("latency"))
             _check_measured(out, "latency", out.latency.n_failed, len(out.latency.samples), "latency samples")
-            if study.sweep.concurrency:
-                say(f"[{arm.name}] sweep: concurrency {list(study.sweep.concurrency)}")
+            if study.sweep.concurrency or study.sweep.rates:
+                say(f"[{arm.name}] sweep: " + "; ".join(
+                    [f"concurrency {list(study.sweep.concurrency)}"] * bool(study.sweep.concurrency)
+                    + [f"rates {list(study.sweep.rates)}/s ({study.sweep.arrival})"] * bool(study.sweep.rates)))
                 out.sweep = _run_step(out, "sweep", lambda: _sampled(study, out, "sweep", lambda: step_sweep(
                     study, arm, base_url, opts.api_key, say)), keep=lambda partial: setattr(out, "sweep", partial))
                 _say_contention(say, arm, out, "sweep")
@@ -218,6 +221,10 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                 _check_measured(out, "sweep", out.sweep.n_failed,
                                 sum(int(r.get("requests", 0)) for r in out.sweep.rows), "sweep requests")
                 sweep = out.sweep
+                with contextlib.suppress(StepError):  # a view of the scraped figures, not a measurement
+                    eng = _run_step(out, "engine_plot", lambda: step_engine_plot(arm, sweep, workdir))
+                    if eng is not None:
+                        out.plots[f"plots/{eng.name}"] = eng
                 if baseline is not None and baseline.sweep is not None and not arm.baseline:
                     with contextlib.suppress(StepError):  # a plot is a view of measured rows, not a measurement
                         png = _run_step(out, "plot", lambda: step_plot(

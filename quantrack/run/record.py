@@ -136,6 +136,16 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     rec.param(Param.LATENCY_ENDPOINT, "chat" if study.latency.chat else "completions")
     if study.sweep.concurrency:
         rec.param(Param.SWEEP_CONCURRENCY, ",".join(str(c) for c in study.sweep.concurrency))
+    if study.sweep.rates:
+        rec.param(Param.SWEEP_RATES, ",".join(f"{r:g}" for r in study.sweep.rates))
+        rec.param(Param.SWEEP_ARRIVAL, study.sweep.arrival)
+        rec.param(Param.SWEEP_SEED, study.sweep.seed)
+        rec.param(Param.SWEEP_MAX_CONCURRENCY, study.sweep.max_concurrency or "none")
+    if study.sweep.concurrency or study.sweep.rates:
+        rec.param(Param.SWEEP_GOODPUT_SLO, study.sweep.goodput)
+        rec.param(Param.SWEEP_REPEATS, study.sweep.repeats)
+        rec.param(Param.SWEEP_DATASET, study.sweep.dataset)
+        rec.param(Param.SWEEP_RANGE_RATIO, study.sweep.range_ratio)
     if study.eval.task:
         rec.param(Param.EVAL_TASK, study.eval.task)
         rec.param(Param.EVAL_NUM_QUESTIONS, study.eval.num_questions)
@@ -313,6 +323,7 @@ def _latency_metrics(rec: RunRecord, out: ArmOutcome) -> None:
                 rec.metric(schema.latency_stat(key, "mean"), s.mean)
             if key in ("itl_ms", "ttft_ms", "tpot_ms"):
                 rec.metric(schema.latency_stat(key, "p90"), s.p90)
+                rec.metric(schema.latency_stat(key, "p95"), s.p95)
                 rec.metric(schema.latency_stat(key, "p99"), s.p99)
             if key in ("tpot_ms", "ttft_ms") and s.ci95_low is not None:
                 rec.metric(schema.latency_stat(key, "ci_low"), s.ci95_low)
@@ -343,6 +354,7 @@ def _latency_row_metrics(rec: RunRecord, row: dict[str, Any] | None) -> None:
             rec.metric(schema.latency_stat(name, "mean"), s.get("mean"))
             if key in ("itl_ms", "ttft_ms", "tpot_ms"):
                 rec.metric(schema.latency_stat(name, "p90"), s.get("p90"))
+                rec.metric(schema.latency_stat(name, "p95"), s.get("p95"))
                 rec.metric(schema.latency_stat(name, "p99"), s.get("p99"))
             if key in ("tpot_ms", "ttft_ms"):
                 rec.metric(schema.latency_stat(name, "ci_low"), s.get("ci95_low"))
@@ -373,19 +385,59 @@ def _latency_row_metrics(rec: RunRecord, row: dict[str, Any] | None) -> None:
 
 
 
+# per level: (metric figure, where in the row); every one measured (engine_*: by the engine, scraped)
+_LEVEL_FIGURES = (
+    ("tpot_ms_p95", ("tpot_ms", "p95")), ("ttft_ms_p95", ("ttft_ms", "p95")), ("e2e_ms_p95", ("e2e_ms", "p95")),
+    ("tpot_ms_p99", ("tpot_ms", "p99")), ("ttft_ms_p99", ("ttft_ms", "p99")),
+    ("goodput_rps", ("goodput", "request_s")), ("goodput_tps", ("goodput", "output_tok_s")),
+    ("goodput_fraction", ("goodput", "fraction")),
+    ("output_tps_ci_low", ("repeat_stats", "output_tok_s", "ci95_low")),
+    ("output_tps_ci_high", ("repeat_stats", "output_tok_s", "ci95_high")),
+    ("engine_kv_usage_max", ("server_metrics", "kv_usage_max")),
+    ("engine_running_max", ("server_metrics", "running_max")),
+    ("engine_waiting_max", ("server_metrics", "waiting_max")),
+    ("engine_preemptions", ("server_metrics", "preemptions")),
+    ("engine_prefix_hit_rate", ("server_metrics", "prefix_cache_hit_rate")),
+    ("engine_busy_slots_max", ("server_metrics", "busy_slots_max")),
+)
+
+
+def _dig(row: Any, path: tuple[str, ...]) -> float | None:
+    for k in path:
+        row = row.get(k) if isinstance(row, dict) else None
+    return float(row) if isinstance(row, (int, float)) and not isinstance(row, bool) else None
+
+
 def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:
     if sweep is None:
         return
-    # SweepResult.rows: one dict per level (concurrency, output_tok_s, request_s, ...)
+    from quantrack.measure.sweep import level_label
+
+    # SweepResult.rows: one dict per level (concurrency or rate, output_tok_s, request_s, ...)
     for lv in sweep.rows:
+        label = level_label(lv)
         c = number_of(lv, "concurrency")
-        if c is None:
-            continue
-        ci = int(c)
-        rec.metric(schema.sweep_output_tps(ci), number_of(lv, "output_tok_s"))
-        rec.metric(schema.sweep_tpot_p50(ci), number_of(lv, "tpot_p50_ms"))
-        rec.metric(schema.sweep_ttft_p50(ci), number_of(lv, "ttft_p50_ms"))
-        rec.metric(schema.sweep_request_tps(ci), number_of(lv, "request_s"))
+        if lv.get("mode") != "rate" and c is not None:
+            ci = int(c)
+            rec.metric(schema.sweep_output_tps(ci), number_of(lv, "output_tok_s"))
+            rec.metric(schema.sweep_tpot_p50(ci), number_of(lv, "tpot_p50_ms"))
+            rec.metric(schema.sweep_ttft_p50(ci), number_of(lv, "ttft_p50_ms"))
+            rec.metric(schema.sweep_request_tps(ci), number_of(lv, "request_s"))
+        elif lv.get("mode") == "rate":
+            rec.metric(schema.sweep_level("output_tps", label), number_of(lv, "output_tok_s"))
+            rec.metric(schema.sweep_level("tpot_ms_p50", label), number_of(lv, "tpot_p50_ms"))
+            rec.metric(schema.sweep_level("ttft_ms_p50", label), number_of(lv, "ttft_p50_ms"))
+            rec.metric(schema.sweep_level("request_tps", label), number_of(lv, "request_s"))
+            rec.metric(schema.sweep_level("achieved_rate", label), number_of(lv, "achieved_rate"))
+        for figure, path in _LEVEL_FIGURES:
+            rec.metric(schema.sweep_level(figure, label), _dig(lv, path))
+    s = sweep.slo_search
+    if s:
+        rec.tag(Tag.SLO_SEARCH, s.get("criterion"))
+        rec.tag(Tag.SLO_SEARCH_MODE, s.get("mode"))
+        rec.tag(Tag.SLO_SEARCH_FIRST_MISS, "none" if s.get("first_miss") is None else f"{s['first_miss']:g}")
+        lim = s.get("limit")
+        rec.metric(schema.SWEEP_SLO_LIMIT, float(lim) if isinstance(lim, (int, float)) else None)
 
 
 def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -> None:

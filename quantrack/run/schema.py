@@ -112,6 +112,14 @@ class Param:
     QUANTIZATION = "quantization"
     STUDY = "study"
     SWEEP_CONCURRENCY = "sweep_concurrency"
+    SWEEP_RATES = "sweep_rates"  # open-loop request rates (requests/s)
+    SWEEP_ARRIVAL = "sweep_arrival"  # poisson | constant, with SWEEP_SEED and SWEEP_MAX_CONCURRENCY
+    SWEEP_SEED = "sweep_seed"
+    SWEEP_MAX_CONCURRENCY = "sweep_max_concurrency"
+    SWEEP_GOODPUT_SLO = "sweep_goodput_slo"  # per-request SLOs in ms (ttft:500,tpot:50)
+    SWEEP_REPEATS = "sweep_repeats"
+    SWEEP_DATASET = "sweep_dataset"  # random | gsm8k
+    SWEEP_RANGE_RATIO = "sweep_range_ratio"
     TP = "tp"
     WEIGHTS = "weights"
     # a Ray fleet's runs (quantrack.fleet.ray_runner)
@@ -199,6 +207,9 @@ class Tag:
     STUDY = "quantrack.study"
     QUICK = "quantrack.quick"  # "true": run --quick (fewer requests; a first look)
     VERDICT = "quantrack.verdict"
+    SLO_SEARCH = "quantrack.sweep_slo_search"  # the criterion the sweep bisected for (tpot_p95<=50ms)
+    SLO_SEARCH_MODE = "quantrack.sweep_slo_search_mode"  # concurrency | rate
+    SLO_SEARCH_FIRST_MISS = "quantrack.sweep_slo_search_first_miss"  # lowest measured level missing it; "none"
     # the store's own bookkeeping (quantrack.store.tracking): idempotent upload, spool, parent link, provenance
     RUN_UUID = "quantrack.run_uuid"
     COMPLETE = "quantrack.complete"
@@ -288,6 +299,14 @@ def sweep_request_tps(c: int) -> str:
     return f"sweep_request_tps_c{c}"
 
 
+def sweep_level(figure: str, level: str) -> str:
+    """A sweep figure at one level: ``level`` is ``c16`` (concurrency) or ``r2.5`` (requests/s), e.g.
+    ``sweep_tpot_ms_p95_c16``, ``sweep_goodput_rps_r2``, ``sweep_engine_kv_usage_max_c64``."""
+    return f"sweep_{figure}_{level}"
+
+
+SWEEP_SLO_LIMIT = "sweep_slo_limit"  # highest measured level meeting [sweep] slo_search (c or requests/s)
+SWEEP_LEVEL = re.compile(r"^sweep_(.+)_([cr][0-9.e+-]+)$")  # the reader's side of sweep_level()
 SWEEP_OUTPUT_TPS = re.compile(r"^sweep_output_tps_c(\d+)$")  # the reader's side of sweep_output_tps()
 SWEEP_TPOT_P50 = re.compile(r"^sweep_tpot_ms_p50_c(\d+)$")
 SWEEP_TTFT_P50 = re.compile(r"^sweep_ttft_ms_p50_c(\d+)$")

@@ -218,14 +218,14 @@ def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, pro
 
 def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None,
                progress: Progress | None = None) -> SweepResult:
-    from quantrack.measure.sweep import run_sweep  # type: ignore[import-not-found]
+    from quantrack.measure.sweep import load_options, run_sweep  # type: ignore[import-not-found]
     from quantrack.progress import StepProgress
 
     sw = study.sweep
     bar = StepProgress(progress or (lambda _m: None), f"[{arm.name}] sweep")
     try:
-        return run_sweep(base_url, study.engine.kind, concurrency=list(sw.concurrency),
-                         requests_per_level=sw.requests_per_level or None,
+        return run_sweep(base_url, study.engine.kind, concurrency=list(sw.concurrency), rates=list(sw.rates),
+                         load=load_options(sw), requests_per_level=sw.requests_per_level or None,
                          input_tokens=sw.input_tokens or study.latency.input_tokens,
                          output_tokens=sw.output_tokens or study.latency.output_tokens, api_key=api_key,
                          model=study.model.served_name, timeout=_request_timeout(study, 300.0), progress=bar)
@@ -294,6 +294,13 @@ def step_kl(study: Study, arm: Arm, base_url: str, baseline: Arm, workdir: Path,
                  "for the KL run only")
         return run_kl(srv.base_url, base_url, study.engine.kind, tokens=ev.kl_tokens, top_k=ev.kl_top_k,
                       progress=say, timeout_s=_request_timeout(study, 300.0), method=ev.kl_method)
+
+
+def step_engine_plot(arm: Arm, sweep: SweepResult, workdir: Path) -> Path | None:
+    """The engine's scraped KV usage, running/waiting requests and prefix-cache hits per level, as a PNG."""
+    from quantrack.report.plots import plot_engine_metrics
+
+    return plot_engine_metrics(sweep.rows, workdir / f"engine-{arm.name}.png", label=arm.name)
 
 
 def step_plot(arm: Arm, sweep: SweepResult, baseline: ArmOutcome, workdir: Path,

@@ -76,7 +76,10 @@ def test_benchmark_spellings_are_aliases() -> None:
     assert (lat["input_tokens"], lat["output_tokens"], lat["iterations"], lat["warmup"]) == (512, 64, 7, 3)
     sw = _params(sweep, ["--random-input-len", "256", "--output-len", "32", "--concurrency", "1,8"])
     assert (sw["input_tokens"], sw["output_tokens"], sw["concurrency"]) == (256, 32, (1, 8))
-    assert _params(sweep, [])["concurrency"] == (1, 4, 16, 64) and _params(sweep, [])["requests_per_level"] == 0
+    # no --concurrency: 1,4,16,64 unless --rate levels are given (quantrack.cli.sweep resolves it; the help says so)
+    assert _params(sweep, [])["concurrency"] is None and _params(sweep, [])["requests_per_level"] == 0
+    assert "[default: 1,4,16,64" in " ".join(sweep.get_help(click.Context(sweep)).split())
+    assert _params(sweep, ["--request-rate", "2,4"])["rates"] == (2.0, 4.0)
 
 
 # (settings class, field, the command-line flag, values both must refuse, a value both accept)

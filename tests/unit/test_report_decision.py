@@ -214,6 +214,7 @@ def test_questions_needed_inverts_the_planning_formula() -> None:
     ("tpot_p99<=30ms@64", ("tpot", "p99", 30.0, 64)),
     ("ttft_p50 <= 0.5s @ c16", ("ttft", "p50", 500.0, 16)),
     ("e2e_mean≤2s@1", ("e2e", "mean", 2000.0, 1)),
+    ("tpot_p95<=30ms@64", ("tpot", "p95", 30.0, 64)),  # the sweep records p95 since issue 28
 ])
 def test_parse_slo(text: str, want: tuple[str, str, float, int]) -> None:
     s = parse_slo(text)
@@ -221,8 +222,8 @@ def test_parse_slo(text: str, want: tuple[str, str, float, int]) -> None:
 
 
 @pytest.mark.parametrize("text, msg", [
-    ("tpot_p95<=30ms@64", ("--slo 'tpot_p95<=30ms@64': unknown metric 'tpot_p95' (did you mean 'tpot_p99'?); "
-                          "the sweep records ttft, tpot, e2e as p50, p90, p99, mean per concurrency level")),
+    ("tpot_p75<=30ms@64", ("--slo 'tpot_p75<=30ms@64': unknown metric 'tpot_p75' (did you mean 'tpot_p95'?); "
+                          "the sweep records ttft, tpot, e2e as p50, p90, p95, p99, mean per concurrency level")),
     ("itl_p50<=5ms@4", "--slo 'itl_p50<=5ms@4': unknown metric 'itl_p50'"),
     ("tpot_p99<30ms@64", "--slo 'tpot_p99<30ms@64': expected METRIC<=VALUE(ms|s)@CONCURRENCY"),
     ("tpot_p99<=30@64", "--slo 'tpot_p99<=30@64': the limit needs a unit, ms or s (got 'none')"),
@@ -272,7 +273,7 @@ def test_study_decision_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("table, msg", [
-    ('slo = ["tpot_p95<=30ms@64"]', "[decision] slo 'tpot_p95<=30ms@64': unknown metric 'tpot_p95'"),
+    ('slo = ["tpot_p75<=30ms@64"]', "[decision] slo 'tpot_p75<=30ms@64': unknown metric 'tpot_p75'"),
     ('max_acuracy_drop = "1pp"', "[decision] unknown key 'max_acuracy_drop' (did you mean 'max_accuracy_drop'?)"),
     ("max_accuracy_drop = 1", "[decision] max_accuracy_drop 1: give the budget in percentage points"),
     ("max_kl = -0.1", "[decision] max_kl -0.1: a positive number"),
@@ -329,7 +330,7 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 
 @pytest.mark.parametrize("extra, msg", [
-    (["--slo", "tpot_p95<=30ms@64"], "quantrack: error: --slo 'tpot_p95<=30ms@64': unknown metric 'tpot_p95'"),
+    (["--slo", "tpot_p75<=30ms@64"], "quantrack: error: --slo 'tpot_p75<=30ms@64': unknown metric 'tpot_p75'"),
     (["--slo", "fast please"], "quantrack: error: --slo 'fast please': expected METRIC<=VALUE(ms|s)@CONCURRENCY"),
     (["--max-accuracy-drop", "1%"], "quantrack: error: --max-accuracy-drop '1%': give the budget in percentage"),
     (["--baseline", "fp9"], "quantrack: error: --baseline 'fp9' is not an arm of this experiment"),
