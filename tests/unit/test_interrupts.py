@@ -139,6 +139,9 @@ def test_double_and_triple_signals_in_a_loop_always_force_the_write_first(tmp_pa
             proc.send_signal(signal.SIGTERM)  # a third one at once: ignored, never re-enters the forced exit
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, (i, err[-500:])
-        assert marker.read_text().endswith("forced 2"), i
+        # with a third signal sent at once, either pending one may be the one that forces the exit (the kernel and
+        # Python choose the order); what matters is that exactly one forced write happened and it is whole
+        forced_by = ("forced 2", "forced 15") if i % 2 else ("forced 2",)
+        assert marker.read_text().endswith(forced_by), i
         assert err.rstrip("\n").splitlines()[-1] == f"quantrack: wrote forced-{i}", (i, err[-300:])
         assert not list(tmp_path.glob(".forced-*")), "a temporary file was left"
