@@ -289,6 +289,7 @@ def test_bad_model_reference_is_one_line_exit_2(tmp_path: Path, _isolated_tracki
     proc = subprocess.run([sys.executable, "-m", "quantrack.cli", "run", str(study)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("quantrack: error: model reference 'smollm2:Q5_K': no type Q5_K; "
-                                   "smollm2 has: F16, Q8_0, Q4_0, Q4_1, HF-BF16")
+    # refused when the study is read (the shipped model table), naming the file, the arm and the types it has
+    assert proc.stderr.strip() == (f"quantrack: error: study file '{study}': [[arms]] 'Q4_0' model: model reference "
+                                   "'smollm2:Q5_K': no type Q5_K; smollm2 has: Q4_1, F16, Q8_0, Q4_0, HF-BF16")
     assert not (_isolated_tracking / "mlflow.db").exists()  # rejected before anything was started or logged
