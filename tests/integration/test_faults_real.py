@@ -380,9 +380,10 @@ def test_tracking_outage_mid_study_then_sync_and_no_secret_anywhere(
     parent = [r for r in runs if r["info"]["run_name"] not in arms]
     assert len(parent) == 1 and parent[0]["info"]["status"] in ("FAILED", "FINISHED"), parent
 
-    # launch/env.json of each arm, on the server: still JSON, the proxy password gone, the user kept
+    # launch/env.json of each arm, on the server: still JSON, the proxy password gone (a study's env value that is
+    # not a known harmless setting is a secret as a whole, issue #30)
     envs = [json.loads(p.read_text()) for p in arts.rglob("env.json") if p.parent.name == "launch"]
-    assert envs and all(e["HTTPS_PROXY"] == "http://bob:[REDACTED]@proxy.invalid:3128" for e in envs), envs
+    assert envs and all(e["HTTPS_PROXY"] == "[REDACTED]" for e in envs), envs
     assert all(e["HF_TOKEN"] == "[REDACTED]" for e in envs)
     studies = [p.read_text() for p in arts.rglob("study.toml")]
     assert studies and all('args = ["--api-key", "[REDACTED]"]' in t for t in studies)
