@@ -367,6 +367,11 @@ def run_study(study: Study, opts: RunOptions | None = None, progress: Progress |
     opts = opts or RunOptions()
     say = progress or (lambda _m: None)
     held: list[_Held] = []
+    # the record of an arm may need scipy (t-intervals over repeats, paired tests): import it before any signal can
+    # arrive, so the forced exit never builds a record while the main thread is half-way through importing it
+    # ("partially initialized module 'scipy.stats'" lost an arm on a second Ctrl-C)
+    import scipy.stats  # type: ignore[import-untyped]  # noqa: F401
+
     with signals_raise(lambda signum: held[0].force(signum) if held else None):
         return _run_study(study, opts, say, tracker, held)
 

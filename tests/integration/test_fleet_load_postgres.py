@@ -55,13 +55,17 @@ def _node(i: int, url: str, data: str, start: float) -> None:
 
 
 @pytest.mark.slow
-def test_32_nodes_to_postgres_backed_server(shared_data: Path, tmp_path: Path) -> None:
+def test_32_nodes_to_postgres_backed_server(shared_data: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     if postgres_bin() is None:
         pytest.skip("PostgreSQL binaries not found (/usr/lib/postgresql/*/bin): apt-get install postgresql")
     # MLflow's default SQLAlchemy pool (5 + 10 overflow per worker, 30 s wait) runs dry under 32 concurrent
     # writers on a loaded machine ("QueuePool limit ... reached"): size the pool for the fleet, as a shared
     # server should be (2 workers x 40 connections < max_connections 200 of the cluster).
     pool = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "20", "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": "20"}
+    # 32 writers at once on a loaded 2-core machine: a request can wait longer than quantrack's default 60 s read
+    # timeout (the node then spools, losing nothing, but this test is about the server taking all 32); guard far above
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "300")
     with PostgresCluster() as pg, MlflowServer(pg.url, tmp_path / "artifacts", tmp_path / "server.log",
                                                workers=2, env=pool) as srv:
         # create the experiment once (as a fleet's coordinator would); the nodes then only log runs

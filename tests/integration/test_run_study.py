@@ -23,6 +23,9 @@ def test_run_study_llamacpp(gguf_arms: dict[str, Path], tmp_path: Path, capsys: 
     pytest.importorskip("xllamacpp")
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     study = tmp_path / "study.toml"
+    # an arm whose file exists but is no GGUF: the engine fails to load it (a missing file is refused up front, exit 2)
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a gguf file\n" * 64)
     study.write_text(f"""
 name = "cpu-smollm2"
 context_len = 2048
@@ -61,7 +64,7 @@ quantization = "fp8"
 [[arms]]
 name = "broken"
 weights = "q4_0"
-model = "{tmp_path / 'missing.gguf'}"
+model = "{broken}"
 """, encoding="utf-8")
     with pytest.raises(SystemExit) as exc:
         main(["run", str(study), "--tracking-uri", uri, "--workdir", str(tmp_path / "work")])
@@ -126,13 +129,15 @@ model = "{tmp_path / 'missing.gguf'}"
               "--workdir", str(tmp_path / "work2")])
     assert exc.value.code == 3
     captured = capsys.readouterr()
-    assert [ln.split("\t")[:2] for ln in captured.out.strip().splitlines()] == [["q4_0", "FINISHED"],
+    # the baseline (q8_0) runs first although not named (compare and report need it)
+    assert [ln.split("\t")[:2] for ln in captured.out.strip().splitlines()] == [["q8_0", "FINISHED"],
+                                                                                ["q4_0", "FINISHED"],
                                                                                 ["fp8", "KILLED"]]
     assert captured.err.strip().splitlines()[-1] == "quantrack: 1 arm(s) rejected by preflight: fp8"
     # compare shows q4_0's newest FINISHED run and counts the first one as skipped
     t = compare_experiment("cpu-smollm2", "q8_0", uri)
     assert t.skipped["q4_0"] == {"FINISHED": 1} and t.skipped["fp8"] == {"KILLED": 1}
-    assert next(v for v in t.raw if v["arm"] == "q4_0")["run_id"] == captured.out.splitlines()[0].split("\t")[2]
+    assert next(v for v in t.raw if v["arm"] == "q4_0")["run_id"] == captured.out.splitlines()[1].split("\t")[2]
 
 
 def test_rejected_only_exit_3_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -140,10 +145,13 @@ def test_rejected_only_exit_3_and_bad_input(tmp_path: Path, capsys: pytest.Captu
     before anything is logged."""
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     study = tmp_path / "study.toml"
+    # the file exists (a missing one is refused before anything, exit 2) but is never served: the only arm asked for
+    # is the baseline, rejected by preflight
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
     study.write_text("""
 name = "cpu-reject"
 [model]
-gguf = "/nonexistent/model.gguf"
+gguf = "model.gguf"
 [engine]
 kind = "llamacpp"
 [gpu]
@@ -155,6 +163,7 @@ weights = "q8_0"
 name = "fp8"
 weights = "fp8"
 quantization = "fp8"
+baseline = true
 """, encoding="utf-8")
     with pytest.raises(SystemExit) as exc:
         main(["run", str(study), "--arm", "fp8", "--tracking-uri", uri, "--workdir", str(tmp_path / "w")])
