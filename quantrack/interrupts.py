@@ -99,9 +99,24 @@ def signals_raise(force: Callable[[int], list[str] | None] | None = None) -> Ite
         late = first and _EXIT_ON_LATE_SIGNALS
         for s, h in previous.items():
             signal.signal(s, _exit_now(128 + first[0]) if late else h)
+        if late:
+            global _ENDED_BY_SIGNAL
+            _ENDED_BY_SIGNAL = True
 
 
 _EXIT_ON_LATE_SIGNALS = False
+_ENDED_BY_SIGNAL = False
+
+
+def ignore_signals_at_exit() -> None:
+    """The last call of a CLI process that an interrupt ended: Python's finalization puts the default handler back
+    on every signal that has a Python handler (``_exit_now`` included), so a late Ctrl-C during the interpreter's
+    shutdown killed the process (status -2) after everything was logged. Ignored signals stay ignored through it,
+    and the exit status stays 128 + the first signal. A no-op unless ``signals_raise`` was left by an interrupt."""
+    if _ENDED_BY_SIGNAL:
+        for s in HANDLED:
+            with contextlib.suppress(BaseException):
+                signal.signal(s, signal.SIG_IGN)
 
 
 def exit_on_late_signals(on: bool = True) -> None:

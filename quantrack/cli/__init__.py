@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> Any:
             sys.stdout.flush()
             sys.stderr.flush()
         sys.stdout, sys.stderr = saved
+        if argv is None:  # the console command: a signal during the interpreter's shutdown must not kill it
+            from quantrack.interrupts import ignore_signals_at_exit
+
+            ignore_signals_at_exit()
 
 
 def _fail(message: str, code: int) -> None:
