@@ -113,6 +113,11 @@ STUDY_EDITS: list[tuple[str, tuple[str, str], str]] = [
     ("warmup-2^64", ("warmup = 2", "warmup = 18446744073709551616"), "warmup"),
     ("requests-2^64", ("requests_per_level = 8", "requests_per_level = 18446744073709551616"), "requests_per_level"),
     ("sweep-concurrency-2^64", ("concurrency = [1, 2, 4]", "concurrency = [1, 18446744073709551616]"), "concurrency"),
+    # keys added in round four (#28 load, #26 KV fidelity)
+    ("sweep-rates-negative", ("concurrency = [1, 2, 4]", "concurrency = [1, 2, 4]\nrates = [-1.0]"), "rates"),
+    ("sweep-max-concurrency-negative", ("concurrency = [1, 2, 4]", "concurrency = [1, 2, 4]\nmax_concurrency = -1"),
+     "max_concurrency"),
+    ("sweep-arrival-unknown", ("concurrency = [1, 2, 4]", 'concurrency = [1, 2, 4]\narrival = "bursty"'), "arrival"),
     ("eval-concurrency-2^64", ("concurrency = 4\n", "concurrency = 18446744073709551616\n"), "concurrency"),
     ("max-tokens-2^64", ("max_tokens = 128", "max_tokens = 18446744073709551616"), "max_tokens"),
     ("parallel-2^64", ("parallel = 4", "parallel = 18446744073709551616"), "parallel"),
@@ -139,6 +144,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("log-missing-required", ["log", "--arm", "x"], "--study"),
     ("compare-missing-experiment", ["compare"], "--experiment"),
     ("probe-repeats-range", ["probe", "--repeats", "0"], "--repeats"),
+    # options added in round four (#28 load, #26 KV fidelity)
+    ("sweep-range-ratio-out", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--concurrency", "1",
+                               "--random-range-ratio", "2"], "--random-range-ratio"),
+    ("sweep-dataset-unknown", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--concurrency", "1",
+                               "--dataset", "sharegptx"], "--dataset"),
+    ("eval-kl-method-unknown", ["eval", "kl", "--method", "sideways"], "--method"),
     # plan / preflight / rules / catalog / logs
     ("plan-binary-config", ["plan", "--config", "{bin}", "--gpu", "H100"], "config"),
     ("plan-missing-config", ["plan", "--config", "{missing}", "--gpu", "H100"], "missing"),
