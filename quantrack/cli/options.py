@@ -9,15 +9,15 @@ from typing import Any
 import click
 
 _MODEL_OPTIONS = (
-    click.option("--model", help="Catalog model name (see `quantrack catalog models`) or a Hugging Face Hub id "
+    click.option("--model", metavar="NAME|ORG/NAME", help="Catalog model name (see `quantrack catalog models`) or a Hugging Face Hub id "
                                  "ORG/NAME[@REVISION] (config.json + safetensors headers, cached; HF_TOKEN, "
                                  "HF_HUB_OFFLINE, HF_ENDPOINT honoured)."),
     click.option("--config", type=click.Path(dir_okay=False), help="A Hugging Face config.json."),
     click.option("--gguf", type=click.Path(dir_okay=False), help="A GGUF file (metadata only is read)."),
-    click.option("--params", help="Total parameter count, e.g. 8.03e9."),
-    click.option("--layers", help="Number of layers."),
-    click.option("--kv-heads", help="KV heads."),
-    click.option("--head-dim", help="Head dimension."),
+    click.option("--params", metavar="COUNT", help="Total parameter count, e.g. 8.03e9. [number > 0]"),
+    click.option("--layers", metavar="INTEGER", help="Number of layers. [integer ≥ 1]"),
+    click.option("--kv-heads", metavar="INTEGER", help="KV heads. [integer ≥ 1]"),
+    click.option("--head-dim", metavar="INTEGER", help="Head dimension. [integer ≥ 1]"),
 )
 
 

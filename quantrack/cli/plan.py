@@ -193,25 +193,27 @@ def _profile_note(req: Any) -> str:
 
 @click.command("plan")
 @model_options
-@click.option("--hidden-size", help="Hidden size (optional).")
-@click.option("--vocab-size", help="Vocabulary size (optional).")
-@click.option("--vram", help="Memory per GPU: 24 (= GiB), 24GiB, 16GB (decimal), 512MiB.")
-@click.option("--gpu", help="Catalog GPU (see `quantrack catalog gpus`); uses its device-reported memory.")
+@click.option("--hidden-size", metavar="INTEGER", help="Hidden size (optional). [integer ≥ 1]")
+@click.option("--vocab-size", metavar="INTEGER", help="Vocabulary size (optional). [integer ≥ 1]")
+@click.option("--vram", metavar="MEMORY", help="Memory per GPU: 24 (= GiB), 24GiB, 16GB (decimal), 512MiB.")
+@click.option("--gpu", metavar="NAME", help="Catalog GPU (see `quantrack catalog gpus`); uses its device-reported memory.")
 @setting_option(GpuSpec, "count", name="tp", default=None, help="Tensor-parallel size (default 1).")
 @setting_option(GpuSpec, "util", default=None,
                 help=f"Fraction of memory the engine may use (default {DEFAULT_UTIL:g}).")
-@click.option("--overhead", help="Fixed overhead subtracted from the budget (memory string, default 0).")
+@click.option("--overhead", metavar="MEMORY", help="Fixed overhead subtracted from the budget (memory string, default 0).")
 @setting_option(Study, "context_len", default=None,
                 help="Tokens per request for the concurrency column (default 4096).")
-@click.option("--arm", "arm", multiple=True,
+@click.option("--arm", "arm", multiple=True, metavar="ARM",
               help="Arm preset (bf16, fp8, fp8-kv, int8, w4a16 ...) or weights=…,kv=…; repeatable.")
 @click.option("--engine", type=click.Choice(GPU_ENGINE_KINDS), help="Add the engine-aware prediction column.")
-@click.option("--max-num-batched-tokens",
+@click.option("--max-num-batched-tokens", metavar="INTEGER",
               help="With --engine vllm: tokens vLLM profiles with (V0 without chunked prefill: the context length; "
-                   "default: V1's default for the GPU).")
-@click.option("--kv-cache-memory-bytes",
-              help="With --engine vllm: KV cache bytes per GPU (vLLM's flag; replaces its memory profile).")
-@click.option("--max-num-seqs", help="With --engine vllm: max_num_seqs (V0 default 256; default: V1's for the GPU).")
+                   "default: V1's default for the GPU). [integer ≥ 1]")
+@click.option("--kv-cache-memory-bytes", metavar="INTEGER",
+              help="With --engine vllm: KV cache bytes per GPU (vLLM's flag; replaces its memory profile). "
+                   "[integer ≥ 1]")
+@click.option("--max-num-seqs", metavar="INTEGER",
+              help="With --engine vllm: max_num_seqs (V0 default 256; default: V1's for the GPU). [integer ≥ 1]")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "md"]), default="table",
               show_default=True)
 @click.option("--hub-timeout", "hub_timeout", type=float, default=None, metavar="SECONDS",

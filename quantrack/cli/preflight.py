@@ -164,21 +164,22 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
 
 
 @click.command("preflight")
-@click.option("--gpu", help="Catalog GPU name, or 'auto' for every GPU NVML sees on this node.")
+@click.option("--gpu", metavar="NAME|auto", help="Catalog GPU name, or 'auto' for every GPU NVML sees on this node.")
 @setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine (default vllm, or the study's).")
 @setting_option(EngineSpec, "version", name="engine_version",
                 help="Engine version, e.g. 0.33.0 (default: the version the rules were read from).")
 @setting_option(GpuSpec, "cuda", help="CUDA version the engine was built with, e.g. 12.4 (not the driver's).")
 @click.option("--mig/--no-mig", default=None, help="The catalog GPU is a MIG slice (NVML reports it with --gpu auto).")
 @model_options
-@click.option("--arm", multiple=True, help="Preset (bf16, fp8, fp8-kv, kv-fp8, int8, w4a16, awq, gptq) or weights=..,kv=..")
+@click.option("--arm", multiple=True, metavar="ARM", help="Preset (bf16, fp8, fp8-kv, kv-fp8, int8, w4a16, awq, gptq) or weights=..,kv=..")
 @click.option("--study", type=click.Path(dir_okay=False), help="A study file (TOML) instead of --arm.")
 @setting_option(GpuSpec, "util", default=None)
 @setting_option(Study, "context_len", default=None, help="Context length (--max-model-len; default: the study's "
                 "or the model's).")
 @setting_option(GpuSpec, "count", name="tp", default=None, help="Tensor-parallel size (default 1, or the study's).")
-@click.option("--kv-cache-memory-bytes", help="vLLM only: KV cache bytes per GPU (replaces vLLM's memory profile; "
-                                             "with --study, added to its [engine] args).")
+@click.option("--kv-cache-memory-bytes", metavar="INTEGER",
+              help="vLLM only: KV cache bytes per GPU (replaces vLLM's memory profile; with --study, added to its "
+                   "[engine] args). [integer ≥ 1]")
 @click.option("--strict", is_flag=True, help="Exit 3 on warnings too.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 @click.pass_context

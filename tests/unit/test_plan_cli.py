@@ -180,3 +180,23 @@ def test_plan_profile_settings_bad_input(capsys: pytest.CaptureFixture[str], ext
     code, out, err = run(["plan", "--model", "Llama-3.1-8B", "--vram", "24", *extra], capsys)
     assert code == 2 and out == ""
     assert err.startswith(f"quantrack: error: {message}") and err.count("\n") == 1
+
+
+def test_plan_and_preflight_help_type_their_numbers():
+    """#31: `plan` typed every number as TEXT while `preflight` had ranges; numbers now read INTEGER/COUNT/MEMORY."""
+    import re
+
+    from click.testing import CliRunner
+
+    from quantrack.cli import cli as group
+
+    for cmd in ("plan", "preflight"):
+        out = CliRunner().invoke(group, [cmd, "--help"], terminal_width=200).output
+        for flag in ("--layers", "--kv-heads", "--head-dim", "--params", "--kv-cache-memory-bytes"):
+            line = next(l for l in out.splitlines() if re.match(rf"\s+{flag}\b", l))
+            assert " TEXT" not in line, (cmd, line)
+        assert "[integer ≥ 1]" in out
+    out = CliRunner().invoke(group, ["plan", "--help"], terminal_width=200).output
+    for flag in ("--vram", "--overhead", "--max-num-seqs", "--hidden-size"):
+        line = next(l for l in out.splitlines() if re.match(rf"\s+{flag}\b", l))
+        assert " TEXT" not in line, line
