@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Calibrate FP8 KV-cache scales with llm-compressor on GSM8K's TRAIN split, and write them two ways.
 
-NOT RUN YET (no GPU was lent in the session that wrote it). Runs on the GPU node, after the bf16 export:
+Run on a lent H200 on 2026-12-02 (~80 s for Qwen2.5-Coder-1.5B; docs/gpu/h200-qwen2.5-coder-1.5b.md). On the node,
+after the bf16 export:
 
     pip install -e '.[calibrate]'            # llmcompressor==0.14.0.1 (torch, transformers come with it)
+    # (on the H200 image: llmcompressor, compressed-tensors, auto-round, datasets, loguru, dill, multiprocess
+    #  installed with --no-deps beside the image's torch 2.11 -- llmcompressor's resolver asks for another torch)
     python scripts/calibrate_kv.py --model /root/qt-cache/<qwen2.5-coder-1.5b export dir> \\
         --out /root/qt-cache/qwen2.5-coder-1.5b.kv-fp8-calibrated [--strategy tensor|attn_head] [--samples 512]
 
@@ -79,11 +82,13 @@ def read_layer_scales(ckpt: Path) -> dict[int, tuple[list[float], list[float]]]:
     pat = re.compile(r"\.layers\.(\d+)\.self_attn\.([kv])_scale$")
     found: dict[int, dict[str, list[float]]] = {}
     for f in sorted(ckpt.glob("*.safetensors")):
-        with safe_open(str(f), framework="numpy") as st:
+        # torch, not numpy: the scales are saved in the model's dtype (bfloat16), which numpy cannot read
+        with safe_open(str(f), framework="pt") as st:
             for name in st.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
                 m = pat.search(name)
                 if m:
-                    found.setdefault(int(m.group(1)), {})[m.group(2)] = [float(x) for x in st.get_tensor(name).ravel()]
+                    found.setdefault(int(m.group(1)), {})[m.group(2)] = [
+                        float(x) for x in st.get_tensor(name).float().flatten().tolist()]
     if not found:
         raise SystemExit(f"{ckpt}: no self_attn.k_scale / v_scale tensors were saved")
     return {i: (d.get("k", []), d.get("v", [])) for i, d in found.items()}
@@ -96,16 +101,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", default="tensor", choices=["tensor", "attn_head"])
     ap.add_argument("--samples", type=int, default=512, help="GSM8K train examples (from the first)")
     ap.add_argument("--max-seq-len", type=int, default=2048)
+    ap.add_argument("--finish", action="store_true",
+                    help="--out holds a checkpoint this script saved but did not finish: write only the SGLang scales "
+                         "file and calibration.json from it (same arguments as the first call)")
     a = ap.parse_args(argv)
     out = Path(a.out)
-    if out.exists():
+    if out.exists() and not a.finish:
         raise SystemExit(f"--out {out}: exists; give a new directory")
+    if a.finish and not (out / "config.json").exists():
+        raise SystemExit(f"--finish: {out} holds no saved checkpoint")
     texts = calibration_texts(a.samples)
     scheme = kv_scheme(a.strategy)
 
-    import llmcompressor  # the [calibrate] extra; imported here so --help and the tests need none of it
-    import torch
-    import transformers
+    # the [calibrate] extra is imported inside the steps, so --help and the tests need none of it
+    if not a.finish:
+        _calibrate(a, texts, scheme, out)
+    return _write_side_files(a, texts, scheme, out)
+
+
+def _calibrate(a: argparse.Namespace, texts: list[dict[str, Any]], scheme: dict[str, Any], out: Path) -> None:
     from compressed_tensors.quantization import QuantizationArgs
     from datasets import Dataset
     from llmcompressor import oneshot
@@ -121,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=a.max_seq_len, num_calibration_samples=len(texts))
     model.save_pretrained(str(out), save_compressed=True)
     tok.save_pretrained(str(out))
+
+
+def _write_side_files(a: argparse.Namespace, texts: list[dict[str, Any]], scheme: dict[str, Any], out: Path) -> int:
+    import llmcompressor
+    import torch
+    import transformers
+
     cfg = json.loads((out / "config.json").read_text())
     scales = read_layer_scales(out)
     (out / "sglang-kv-scales.json").write_text(json.dumps(sglang_scales(scales, cfg.get("model_type", "")), indent=1))

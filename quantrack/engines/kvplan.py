@@ -350,6 +350,9 @@ def _plan_vllm(name: str, kv: str, args: tuple[str, ...], arm: Any, ck: Checkpoi
         if method and not (method == "compressed-tensors" and scheme is None):
             return _plan(name, "vllm", kv, "vllm-kv-e5m2-quantized-checkpoint", ck, note,
                          f"quantization method {method!r}")
+        backend = (_flag_value(args, "--attention-backend") or "").upper()
+        if backend == "TRITON_ATTN":  # its impl quantizes the query on CUDA: the fp8* query path asserts
+            return _plan(name, "vllm", kv, "vllm-kv-e5m2-query-quant", ck, note, "--attention-backend TRITON_ATTN")
         return _plan(name, "vllm", kv, "vllm-kv-e5m2-unscaled", ck, note)
     if "--calculate-kv-scales" in args:
         return _plan(name, "vllm", kv, "vllm-kv-calculate-scales", ck, note)

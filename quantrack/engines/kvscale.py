@@ -42,6 +42,7 @@ _SGLANG_ALLOC = re.compile(r"KV Cache is allocated\. dtype: torch\.(\w+)")
 MARKERS: tuple[tuple[str, str], ...] = (
     ("fp8_e5m2 kv-cache is not supported with fp8 checkpoints", "refused"),
     ("does not support loading scaling factors", "refused"),
+    ('assert self.kv_cache_dtype in {"fp8", "fp8_e4m3", "nvfp4"}', "refused"),
     ("Dynamic per-token-head scales will be computed at runtime", "dynamic"),
     ("`--calculate-kv-scales` option is deprecated", "computed"),
     ("Loaded KV cache scaling factors from", "loaded"),

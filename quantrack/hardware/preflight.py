@@ -196,6 +196,18 @@ def _checkpoint_findings(req: PreflightRequest, arm: Arm) -> list[Any]:
                     source=f"{req.model.hf_id or req.model.name} config.json quantization_config")]
 
 
+def _refused_scales(plan: dict[str, Any] | None) -> list[Any]:
+    """A reject when the engine refuses the arm's KV dtype / scale combination at start (rules/kv-scales.toml
+    entries with scale_source = "refused")."""
+    if not plan or plan.get("source") != "refused":
+        return []
+    from quantrack.hardware.rulebook import Verdict
+
+    return [Verdict(str(plan.get("rule_id")), "reject", str(plan.get("message")),
+                    fix="choose another KV dtype or attention backend for this arm",
+                    source=str(plan.get("engine_source")))]
+
+
 def _capacity(req: PreflightRequest, gpu: GPU, arm: Arm) -> tuple[dict[str, Any] | None, str | None]:
     if req.model is None:
         return None, "no model given (--model/--config/--gguf/--params): capacity not derived"
@@ -385,8 +397,12 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
         label = facts.name if not hasattr(gpu, "index") else f"{gpu.index}:{facts.name}"
         for arm in req.arms:
             cap, cap_note = _capacity(req, _catalog_gpu(gpu), arm)
+            scales = kv_scale_plan(req, arm)
             verdicts = [*evaluate(gpu, arm, req.engine, req.engine_version, req.cuda, req.mig, ctx),
-                        *_checkpoint_findings(req, arm), *context_verdicts(req, cap, _catalog_gpu(gpu))]
+                        *_checkpoint_findings(req, arm), *context_verdicts(req, cap, _catalog_gpu(gpu)),
+                        *_refused_scales(scales)]
+            if scales and scales.get("source") == "checkpoint":  # the checkpoint's headers carry k/v scales
+                verdicts = [v for v in verdicts if v.rule_id != "vllm-fp8-kv-uncalibrated"]
             verdict = overall(verdicts)
             try:
                 flags = engine_flags(req.engine, arm, req.engine_version)
@@ -401,7 +417,7 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
             results.append(ArmPreflight(gpu=label, arm=arm.name, verdict=verdict, reasons=verdicts, flags=flags,
                                      capacity=cap, capacity_note=cap_note, launch=launch, launch_note=launch_note,
                                      launch_env=env, model_ref=_arm_model_ref(req, arm) if launch else None,
-                                     kv_scales=kv_scale_plan(req, arm)))
+                                     kv_scales=scales))
     return PreflightReport(engine=req.engine, engine_version=version, version_assumed=assumed, cuda=req.cuda,
                            results=results, study=evaluate_study(ctx), notes=list(dict.fromkeys(notes)),
                            gpus=[gpu_facts(g, req.mig) for g in req.gpus])

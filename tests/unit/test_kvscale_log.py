@@ -150,3 +150,13 @@ def test_sglang_loaded_and_qwen2_dropped() -> None:
 def test_no_kv_line_at_all_is_unknown() -> None:
     o = scan_lines(lines("[2026-12-01 10:00:00] something else"), "sglang")
     assert o.source == ScaleSource.UNKNOWN and "no KV dtype" in o.reason
+
+
+def test_real_vllm_e5m2_on_triton_attn_start_failure_is_a_refusal() -> None:
+    """quantrack's own H200 run (tests/data/kvscale/README.md): vLLM 0.25.0 with fp8_e5m2 KV on TRITON_ATTN failed at
+    start on its query quantizer's assert; the log reads as a refusal, not as 'scales 1.0'."""
+    path = KV / "vllm-0.25.0-qwen2-kv-fp8-e5m2-triton.log"
+    o = scan_file(path, "vllm")
+    assert o.source == ScaleSource.REFUSED, o
+    rep = parse_log_file(path, engine="vllm")
+    assert rep.extra.get("startup_failed") is True and rep.kv_cache_tokens is None

@@ -138,9 +138,16 @@ def test_vllm_arms_on_a_checkpoint_without_scales(tmp_path: Path) -> None:
     assert p.engine_source.startswith("vllm@dd10e03f9:vllm/model_executor/layers/quantization/kv_cache.py:L111")
     p = plan(d, "vllm", {"name": "kv-fp8", "kv": "fp8"})
     assert (p.source, p.rule_id, p.log_line) == (ScaleSource.UNSCALED, "vllm-kv-unscaled-silent", None)
-    assert [m["run_id"] for m in p.measured] == ["089a0f04ef304dafac5df5b0b5c2a80d"]  # quantrack's own H200 run
+    # quantrack's own H200 runs: SmolLM2 (KL only) and Qwen2.5-Coder-1.5B (GSM8K -27.4 pts; calibrated -14.8 pts)
+    assert [m["run_id"] for m in p.measured] == ["089a0f04ef304dafac5df5b0b5c2a80d", "75cd274899264f7fa7c1b88c42c1575d",
+                                                 "22dc979e676744128da13673258b98d5"]
     p = plan(d, "vllm", {"name": "e5m2", "kv": "fp8_e5m2"})
     assert (p.source, p.rule_id) == (ScaleSource.UNSCALED, "vllm-kv-e5m2-unscaled")
+    # on TRITON_ATTN the query quantizer asserts fp8/fp8_e4m3/nvfp4: refused at start (quantrack's H200 run)
+    for args in (("--attention-backend", "TRITON_ATTN"), ("--attention-backend=triton_attn",)):
+        p = plan(d, "vllm", {"name": "e5m2", "kv": "fp8_e5m2"}, args=args)
+        assert (p.source, p.rule_id) == (ScaleSource.REFUSED, "vllm-kv-e5m2-query-quant"), args
+        assert p.log_line == 'assert self.kv_cache_dtype in {"fp8", "fp8_e4m3", "nvfp4"}'
     p = plan(d, "vllm", {"name": "fp8-e5m2", "weights": "fp8", "kv": "fp8_e5m2", "quantization": "fp8"})
     assert (p.source, p.rule_id) == (ScaleSource.REFUSED, "vllm-kv-e5m2-quantized-checkpoint")
     p = plan(d, "vllm", {"name": "calc", "kv": "fp8"}, args=("--calculate-kv-scales",))
@@ -260,3 +267,14 @@ def test_preflight_json_carries_the_plan(tmp_path: Path) -> None:
     assert got == {"auto": "vllm-kv-scheme-auto-fp8", "bf16-kv": "kv-not-quantized",
                    "cal": "vllm-kv-checkpoint-scales", "fp8-kv": "vllm-kv-checkpoint-scales"}
     assert rep.to_dict()["results"][2]["kv_scales"]["source"] == "checkpoint"
+    # checkpoint scales read from the headers: the generic "FP8 KV without calibrated scales" warning does not fire
+    # for those arms (it did beside calibrated arms before); an arm whose scales stay 1.0 keeps it
+    by_arm = {r.arm: r for r in rep.results}
+    for name in ("cal", "fp8-kv"):
+        assert "vllm-fp8-kv-uncalibrated" not in [v.rule_id for v in by_arm[name].reasons], name
+    (tmp_path / "b").mkdir()
+    no_scales = checkpoint(tmp_path / "b")
+    bare = run_preflight(PreflightRequest(gpus=[get_gpu("H200")], arms=[make_arm("kv", kv="fp8")], engine="vllm",
+                                          engine_version="0.25.0", model_path=str(no_scales)))
+    assert bare.results[0].kv_scales["source"] == "1.0"
+    assert "vllm-fp8-kv-uncalibrated" in [v.rule_id for v in bare.results[0].reasons]
