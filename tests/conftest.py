@@ -6,6 +6,7 @@ repository alone runs every test, with or without a ``../shared`` folder beside 
 from __future__ import annotations
 
 import lzma
+import os
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO / "tests" / "data" / "real"
+
+# Every llama.cpp server the suite starts runs one thread unless a test says otherwise ($LLAMA_ARG_THREADS, read by
+# llama-server and by quantrack's bundled server alike). With threads = cores, llama.cpp's threads wait for each other
+# at every graph node; beside another CPU-bound process on two cores its batch-1 TPOT went from 26.5 to 318 ms (12x;
+# bench/llamacpp_contention.py, docs/benchmarks.md) and the CPU study fixture did not finish in 45 minutes. One
+# thread only shares the machine. The suite checks quantrack's paths, not llama.cpp's speed: `timing` tests that
+# compare speeds set their own threads. A developer's own value wins.
+os.environ.setdefault("LLAMA_ARG_THREADS", "1")
 
 
 # The fast set (`python -m pytest -q --fast`, README "Tests"): what a contributor runs between edits. Unit tests

@@ -14,6 +14,7 @@ to one log file. A ready line goes to stdout once the server listens; SIGTERM/SI
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
     p.add_argument("--metrics", action="store_true", help="enable the /metrics endpoint")
     p.add_argument("-a", "--alias", default=None)
-    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-t", "--threads", type=int, default=None,
+                   help="CPU threads (default: $LLAMA_ARG_THREADS as llama-server reads it, else llama.cpp's: the cores)")
     p.add_argument("--poll", type=int, default=None, choices=range(101), metavar="0..100",
                    help="llama.cpp's polling level while waiting for work (0 = no busy-wait; llama.cpp's default 50)")
     p.add_argument("-lv", "--verbosity", type=int, default=4)
@@ -83,8 +85,28 @@ def version_line() -> str:
             f"commit {bi.get('commit', '?')})")
 
 
+THREADS_ENV = "LLAMA_ARG_THREADS"  # llama-server's own variable for -t (llama.cpp common/arg.cpp: .set_env)
+
+
+def threads_from_env(args: argparse.Namespace) -> str | None:
+    """-t given wins; else $LLAMA_ARG_THREADS, as llama-server reads it. Returns the line to log, if any."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if args.threads is not None or not raw:
+        return None
+    try:
+        args.threads = int(raw)
+    except ValueError:
+        args.threads = 0
+    if args.threads < 1:
+        print(f"quantrack-xllamacpp: error: {THREADS_ENV}={raw!r}: threads must be an integer of at least 1",
+              file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    return f"quantrack-xllamacpp: threads {args.threads} (from ${THREADS_ENV})"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    threads_note = threads_from_env(args)
     stop = threading.Event()
 
     def _on_signal(signum: int, _frame: Any) -> None:
@@ -99,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
               "(pip install 'quantrack[cpu]')", file=sys.stderr, flush=True)
         return 3
     print(version_line(), file=sys.stderr, flush=True)
+    if threads_note:
+        print(threads_note, file=sys.stderr, flush=True)
     try:
         params = build_params(args)
         server = xl.Server(params)  # loads the model and starts listening (background threads)
