@@ -19,8 +19,8 @@ REAL_DATA = REPO / "tests" / "data" / "real"
 # llama-server and by quantrack's bundled server alike). With threads = cores, llama.cpp's threads wait for each other
 # at every graph node; beside another CPU-bound process on two cores its batch-1 TPOT went from 26.5 to 318 ms (12x;
 # bench/llamacpp_contention.py, docs/benchmarks.md) and the CPU study fixture did not finish in 45 minutes. One
-# thread only shares the machine. The suite checks quantrack's paths, not llama.cpp's speed: `timing` tests that
-# compare speeds set their own threads. A developer's own value wins.
+# thread only shares the machine. The suite checks quantrack's paths, not llama.cpp's speed (the `timing` tests
+# compare speeds within this one setting). A developer's own value wins.
 os.environ.setdefault("LLAMA_ARG_THREADS", "1")
 
 
