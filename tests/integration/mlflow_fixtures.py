@@ -46,7 +46,9 @@ class MlflowServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 120.0) -> MlflowServer:
+    # far above the quiet start (~10 s): beside a CPU burner and the rest of the suite (load 10-14 on two cores)
+    # an `mlflow server` took more than 120 s to answer /health
+    def start(self, timeout: float = 600.0) -> MlflowServer:
         self.artifacts_dir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
                 "--backend-store-uri", self.backend_uri, "--serve-artifacts",
@@ -163,7 +165,7 @@ class PostgresCluster:
     def _run(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
         if self.as_postgres:
             argv = ["runuser", "-u", "postgres", "--", *argv]
-        return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120, **kw)  # type: ignore[call-overload]
+        return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload]
 
     @property
     def url(self) -> str:
