@@ -113,7 +113,7 @@ gguf = "{models[arms[0]]}"
 [engine]
 kind = "llamacpp"
 args = ["-t", "1"]
-ready_timeout_s = 180
+ready_timeout_s = 600
 env = {{QUANTRACK_FLEET_TEST = "{TAG}"}}
 [gpu]
 name = "x86-cpu"
