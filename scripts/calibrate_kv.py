@@ -73,6 +73,21 @@ def sglang_scales(layer_scales: dict[int, tuple[list[float], list[float]]], mode
     return {"model_type": model_type, "kv_cache": {"dtype": "float8_e4m3fn", "scaling_factor": {0: factors}}}
 
 
+def _bf16_values(path: Path, name: str) -> list[float]:
+    """A bfloat16 tensor's values without torch: bf16 is the top half of a float32."""
+    import struct
+
+    import numpy as np
+
+    with path.open("rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n))
+        start, end = header[name]["data_offsets"]
+        fh.seek(8 + n + start)
+        raw = np.frombuffer(fh.read(end - start), dtype="<u2")
+    return [float(x) for x in (raw.astype("<u4") << 16).view("<f4")]
+
+
 def read_layer_scales(ckpt: Path) -> dict[int, tuple[list[float], list[float]]]:
     """The k/v scale tensors of a saved checkpoint (only those tensors are read), per layer index."""
     import re
@@ -82,13 +97,16 @@ def read_layer_scales(ckpt: Path) -> dict[int, tuple[list[float], list[float]]]:
     pat = re.compile(r"\.layers\.(\d+)\.self_attn\.([kv])_scale$")
     found: dict[int, dict[str, list[float]]] = {}
     for f in sorted(ckpt.glob("*.safetensors")):
-        # torch, not numpy: the scales are saved in the model's dtype (bfloat16), which numpy cannot read
-        with safe_open(str(f), framework="pt") as st:
-            for name in st.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+        with safe_open(str(f), framework="numpy") as st:
+            names = [n for n in st.keys() if pat.search(n)]  # noqa: SIM118 - safe_open has keys(), not iteration
+            for name in names:
                 m = pat.search(name)
-                if m:
-                    found.setdefault(int(m.group(1)), {})[m.group(2)] = [
-                        float(x) for x in st.get_tensor(name).float().flatten().tolist()]
+                assert m is not None
+                try:
+                    values = [float(x) for x in st.get_tensor(name).ravel()]
+                except TypeError:  # bfloat16 (the model's dtype, as llm-compressor saves them): numpy has none
+                    values = _bf16_values(f, name)
+                found.setdefault(int(m.group(1)), {})[m.group(2)] = values
     if not found:
         raise SystemExit(f"{ckpt}: no self_attn.k_scale / v_scale tensors were saved")
     return {i: (d.get("k", []), d.get("v", [])) for i, d in found.items()}

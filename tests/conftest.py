@@ -8,6 +8,7 @@ from __future__ import annotations
 import lzma
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,25 @@ def _isolated_tracking(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}/mlflow.db")
     monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(store / "spool"))
     return store
+
+
+# what quantrack's CLI sets in its own process (`--timeout` -> quantrack.store.uri.set_request_timeout): a test that
+# calls the CLI in-process must not leave it to the tests after it. It did: `compare --timeout 2` in
+# test_faults_real.py left a 2 s MLflow timeout to the Ray fleet test, whose arms then spooled under load.
+_PROCESS_ENV = ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR")
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_env() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in _PROCESS_ENV}
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def build_real_data(root: Path) -> Path:

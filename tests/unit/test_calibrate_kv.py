@@ -1,4 +1,4 @@
-"""scripts/calibrate_kv.py's CPU-side parts (the calibration itself runs on the GPU node: NOT RUN YET): calibration
+"""scripts/calibrate_kv.py's CPU-side parts (the calibration itself runs on the GPU node: it ran on a lent H200 on 2026-12-02): calibration
 text comes from GSM8K's train split only, the KV scheme is one vLLM accepts, and the SGLang scales file is built from
 the saved scale tensors in SGLang's QuantParamSchema layout."""
 
@@ -51,3 +51,22 @@ def test_scheme_and_sglang_file(tmp_path: Path) -> None:
     assert got == {"0": 0.5, "1": 0.7}
     with pytest.raises(SystemExit, match="not a positive number"):
         cal.sglang_scales({0: ([0.0], [0.0])}, "qwen2")
+
+
+def test_bf16_scales_as_llm_compressor_saves_them(tmp_path: Path) -> None:
+    """On the H200 the saved k/v scales were bfloat16 (the model's dtype), which numpy cannot read: the script
+    failed after saving the checkpoint. They are read without torch now. Values: the first/last layers' real scales."""
+    import struct
+
+    want = {0: (0.80078125, 0.5), 1: (0.0260009765625, 0.125)}
+    header: dict[str, dict] = {}
+    data = b""
+    for layer, (k, v) in want.items():
+        for kv, x in (("k", k), ("v", v)):
+            bits = struct.unpack("<I", struct.pack("<f", x))[0] >> 16  # exact in bf16
+            header[f"model.layers.{layer}.self_attn.{kv}_scale"] = {
+                "dtype": "BF16", "shape": [], "data_offsets": [len(data), len(data) + 2]}
+            data += struct.pack("<H", bits)
+    raw = json.dumps(header).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    assert cal.read_layer_scales(tmp_path) == {i: ([k], [v]) for i, (k, v) in want.items()}

@@ -70,11 +70,14 @@ def test_unprovisioned_export_is_left_for_run_to_make(tmp_path: Path, monkeypatc
     assert list(tmp_path.iterdir()) == []  # nothing downloaded or written by a look
 
 
-def test_the_node_scripts_name_the_studies_and_say_they_have_not_run() -> None:
+def test_the_node_scripts_name_the_studies_and_say_whether_they_have_run() -> None:
     for name in ("lm-eval-bf16.sh", "qwen-export-check.sh"):
         text = (ROOT / "scripts" / "gpu" / name).read_text()
         assert "NOT RUN YET" in text, name
     lm = (ROOT / "scripts" / "gpu" / "lm-eval-bf16.sh").read_text()
     assert "local-completions" in lm and "--arm bf16" in lm
-    for engine in ("vllm", "sglang"):
-        assert "NOT RUN YET" in (ROOT / "examples" / "gpu" / f"h200-qwen2.5-coder-1.5b-{engine}.toml").read_text()
+    # the vLLM study ran on a lent H200 (its header points at the results); the SGLang one has not
+    vllm = (ROOT / "examples" / "gpu" / "h200-qwen2.5-coder-1.5b-vllm.toml").read_text()
+    assert "Run on a lent H200 on 2026-12-02" in vllm and "docs/gpu/h200-qwen2.5-coder-1.5b.md" in vllm
+    assert (ROOT / "docs" / "gpu" / "h200-qwen2.5-coder-1.5b.md").is_file()
+    assert "NOT RUN YET" in (ROOT / "examples" / "gpu" / "h200-qwen2.5-coder-1.5b-sglang.toml").read_text()
