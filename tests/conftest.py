@@ -73,15 +73,13 @@ _PROCESS_ENV = ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
 
 @pytest.fixture(autouse=True)
 def _restore_process_env() -> Iterator[None]:
+    from quantrack.store.uri import restore_env
+
     saved = {k: os.environ.get(k) for k in _PROCESS_ENV}
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(saved)
 
 
 def build_real_data(root: Path) -> Path:

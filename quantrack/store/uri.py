@@ -127,9 +127,16 @@ def quick_http() -> Iterator[None]:
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
+        restore_env(saved)
+
+
+def restore_env(saved: dict[str, str | None]) -> None:
+    """Put environment variables back as ``saved`` holds them (None: absent)."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 # MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, "Detect Issues"); quantrack's
