@@ -246,12 +246,15 @@ def rule(rule_id: str) -> dict[str, Any]:
     raise KeyError(rule_id)
 
 
-def measured_for(engine: str, kv: str, weights: str | None = None) -> list[dict[str, Any]]:
-    """quantrack's own measurements that bear on an FP8-KV arm of this engine (and these weights, where the
-    measurement names them)."""
+def measured_for(engine: str, kv: str, weights: str | None = None, rule_id: str | None = None,
+                 *, rule_only: bool = False) -> list[dict[str, Any]]:
+    """quantrack's own measurements that bear on a quantized-KV arm of this engine (and these weights, where the
+    measurement names them). An entry with a ``rule`` key bears only on plans that rule decided; with
+    ``rule_only`` only such entries are returned."""
     return [dict(e) for e in load_rules().get("measured", [])
             if e.get("engine") == engine and kv in e.get("kv", [])
-            and (weights is None or not e.get("weights") or weights in e["weights"])]
+            and (weights is None or not e.get("weights") or weights in e["weights"])
+            and (e["rule"] == rule_id if e.get("rule") else not rule_only)]
 
 
 # --------------------------------------------------------------------------------------------- the decision
@@ -322,9 +325,12 @@ def plan_scales(arm: Any, engine: str, *, engine_version: str | None = None,
         return _plan(name, engine, kv, "kv-not-quantized", None, None)
     if engine not in ("vllm", "sglang"):
         return None
-    plan = _plan_vllm(name, kv, args, arm, ck, note) if engine == "vllm" else _plan_sglang(name, kv, args, ck, note)
+    plan = _plan_vllm(name, kv, args, arm, ck, note) if engine == "vllm" else _plan_sglang(name, kv, args, arm, ck, note)
+    weights = getattr(arm, "weights", None)
     if plan.source in (ScaleSource.UNSCALED, ScaleSource.UNKNOWN):
-        plan.measured = measured_for(engine, plan.kv, getattr(arm, "weights", None))
+        plan.measured = measured_for(engine, plan.kv, weights, plan.rule_id)
+    elif plan.source != ScaleSource.NOT_QUANTIZED:  # computed, per-token-head, refused ...: runs of that very rule
+        plan.measured = measured_for(engine, plan.kv, weights, plan.rule_id, rule_only=True)
     return plan
 
 
@@ -374,7 +380,7 @@ def _plan_vllm(name: str, kv: str, args: tuple[str, ...], arm: Any, ck: Checkpoi
     return _plan(name, "vllm", kv, "vllm-kv-unscaled-warned", ck, note)
 
 
-def _plan_sglang(name: str, kv: str, args: tuple[str, ...], ck: CheckpointKV | None,
+def _plan_sglang(name: str, kv: str, args: tuple[str, ...], arm: Any, ck: CheckpointKV | None,
                  note: str | None) -> ScalePlan:
     if kv == "fp8":
         kv = "fp8_e4m3"  # quantrack's fp8 is SGLang's fp8_e4m3 (rules/methods.toml)
@@ -387,6 +393,12 @@ def _plan_sglang(name: str, kv: str, args: tuple[str, ...], ck: CheckpointKV | N
                          message=f"KV dtype {kv}: quantrack has not read how SGLang scales it", engine_source="",
                          version_note=note)
     if _flag_value(args, "--quantization-param-path"):
+        method = _flag_value(args, "--quantization") or getattr(arm, "quantization", None) or \
+            (ck.quant_method if ck and ck.read else None)
+        backend = (_flag_value(args, "--attention-backend") or "").lower()
+        if backend == "triton" and not method:  # k_scale set, k_scale_float left None: decode graph capture fails
+            return _plan(name, "sglang", kv, "sglang-kv-param-path-triton-crash", ck, note,
+                         "--attention-backend triton, no quantization method")
         return _plan(name, "sglang", kv, "sglang-kv-param-path", ck, note)
     if ck is not None and ck.read and ck.has_scales:
         if (ck.model_type or "").lower() == "qwen2":

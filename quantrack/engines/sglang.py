@@ -64,7 +64,7 @@ def sglang_flags(arm: Arm) -> list[str]:
 # (sglang@v0.2.14:python/sglang/srt/model_executor/model_runner.py:L210-L215): the weights are then derived from the
 # rank's "Load weight begin. avail mem=%.2f GB" (L157) minus its avail mem after loading, and labelled so
 _LOAD_END = re.compile(r"Load weight end\. (?:elapsed=[\d.]+ s, )?type=(\w+), (?:dtype=([\w.]+), )?(?:(quant=.*?), )?"
-                       r"avail mem=([\d.]+) GB(?:, mem usage=([\d.]+) GB)?")
+                       r"avail mem=([\d.]+) GB(?:, mem usage=(-?[\d.]+) GB)?")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 # "Using KV cache dtype: torch.bfloat16" (github.com/kvcache-ai/ktransformers/issues/1870, SGLang 0.5.x)
 _KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)")
@@ -84,7 +84,7 @@ _KV_FIELDS = {k: re.compile(rf"\b{k}=([\w.]+)") for k in
 _ONLINE = re.compile(r"Online (\S+) quantization: quantized (\d+) layers")
 # "Capture {name} CUDA graph end. ... mem usage=%.2f GB" (cuda_graph_setup.py:L696, L788);
 # older builds: "Capture cuda graph end. Time elapsed: 5.02 s. mem usage=0.24 GB."
-_GRAPH_END = re.compile(r"Capture (?:([\w ]+?) )?(?:cuda|CUDA) graph end\..*?mem usage=([\d.]+) GB")
+_GRAPH_END = re.compile(r"Capture (?:([\w ]+?) )?(?:cuda|CUDA) graph end\..*?mem usage=(-?[\d.]+) GB")
 _SERVER_ARGS = {k: re.compile(rf"\b{k}=('[^']*'|None|[\w.]+)") for k in
                 ("quantization", "kv_cache_dtype", "dtype", "attention_backend", "tp_size", "mem_fraction_static",
                  "context_length", "model_path", "dp_size", "pp_size", "enable_dp_attention")}
@@ -184,7 +184,13 @@ def _load_end(b: ReportBuilder, ln: Line) -> None:
             b.extra("quant_from_load_line", m.group(3).split(",")[0].removeprefix("quant="))
             b.set("quantization", m.group(3).split(",")[0].removeprefix("quant="))
         b.extra("avail_mem_after_load_gib", parse_float(m.group(4)))
-        if m.group(5):
+        if m.group(5) and m.group(5).startswith("-"):
+            # SGLang's "mem usage" is free memory before minus after: another process on the GPU released memory
+            # while this one loaded (measured: -20.23 GB beside three other servers). Not the weights' size.
+            b.extra("weights_gib_unknown", f"SGLang printed mem usage={m.group(5)} GB at 'Load weight end': free GPU "
+                                           "memory rose while it loaded (another process released memory), so the "
+                                           "weights' size cannot be read from this log", overwrite=True)
+        elif m.group(5):
             b.set("weights_gib", parse_float(m.group(5)))
         else:
             ends = b.report.extra.setdefault("_avail_end", {})
@@ -239,6 +245,10 @@ def _graph_end(b: ReportBuilder, ln: Line) -> None:
     if not m:
         return
     name = (m.group(1) or "decode").strip()
+    if m.group(2).startswith("-"):  # free memory rose during capture (another process): not this graph's size
+        b.extra("cuda_graph_gib_unknown", f"SGLang printed mem usage={m.group(2)} GB at the end of {name} graph "
+                                          "capture: free GPU memory rose meanwhile (another process)", overwrite=True)
+        return
     graphs = b.report.extra.setdefault("cuda_graph_mem_gib", {})
     if name not in graphs:  # TP ranks repeat the line: count once
         graphs[name] = float(m.group(2))
@@ -418,9 +428,13 @@ def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | File
         elif r.extra.get("dtype_arg") not in (None, "auto"):
             r.dtype = r.extra["dtype_arg"]
     begins, ends = r.extra.pop("_avail_begin", {}), r.extra.pop("_avail_end", {})
-    if r.weights_gib is None:
+    if r.weights_gib is None and "weights_gib_unknown" not in r.extra:
         rank = next((k for k in ends if k in begins and begins[k] is not None and ends[k] is not None), None)
-        if rank is not None:  # no "mem usage=" (SGLang <= 0.2): the rank's free memory before minus after loading
+        if rank is not None and begins[rank] < ends[rank]:  # free memory rose: another process, not the weights
+            r.extra["weights_gib_unknown"] = (f"free GPU memory rose while loading ({begins[rank]} -> {ends[rank]} GB"
+                                              "): another process released memory, so the weights' size cannot be "
+                                              "derived from this log")
+        elif rank is not None:  # no "mem usage=" (SGLang <= 0.2): the rank's free memory before minus after loading
             r.weights_gib = round(begins[rank] - ends[rank], 2)
             r.extra.setdefault("derived", {})["weights_gib"] = (f"avail mem at 'Load weight begin' minus at 'Load "
                                                                f"weight end'{f' ({rank})' if rank else ''}")

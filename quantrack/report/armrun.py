@@ -218,7 +218,8 @@ def arm_run(r: RunRow) -> ArmRun:
             compute_capability=p.get(Param.COMPUTE_CAPABILITY), mig=p.get(Param.MIG)),
         verdict=verdict, rule_ids=tuple(i for i in (t.get(Tag.RULE_IDS) or "").split(",") if i),
         baseline_tag=t.get(Tag.BASELINE) == "true", quick=t.get(Tag.QUICK) == "true",
-        weights_gib=m.get(Metric.WEIGHTS_GIB), kv_tokens_reported=m.get(Metric.KV_TOKENS_REPORTED),
+        # a negative size is not one: stores logged before SGLang's negative 'mem usage' was refused hold one
+        weights_gib=_size_or_none(m.get(Metric.WEIGHTS_GIB)), kv_tokens_reported=m.get(Metric.KV_TOKENS_REPORTED),
         kv_tokens_predicted=m.get(Metric.KV_TOKENS_PREDICTED), capacity_error_pct=m.get(Metric.CAPACITY_ERROR_PCT),
         kv_mib_reported=m.get(Metric.KV_MIB_REPORTED), tpot_ms_p50=m.get(Metric.TPOT_MS_P50),
         server_tpot_ms=m.get(Metric.SERVER_TPOT_MS), log_quantization=t.get(Tag.LOG_QUANTIZATION),
@@ -435,3 +436,7 @@ if TYPE_CHECKING:
 __all__ = ["Accuracy", "ArmRun", "ArmSet", "Configuration", "Contention", "Cost", "Fallback", "PairedTest",
            "ProbeFact", "SweepLevel", "arm_cost", "arm_run", "arm_set", "as_arm_runs", "by_gpu", "choose_baseline", "paired_test",
            "pick_arm_runs", "probe_fact", "run_status", "skipped_runs"]
+
+
+def _size_or_none(v: float | None) -> float | None:
+    return None if v is None or v < 0 else v

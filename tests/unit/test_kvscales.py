@@ -214,6 +214,16 @@ def test_sglang(tmp_path: Path) -> None:
     assert p.log_line == "Using FP8 KV cache but no scaling factors provided. Defaulting to scaling factors of 1.0."
     p = plan(plain, "sglang", {"name": "kv", "kv": "fp8"}, args=("--quantization-param-path", "/x/kv.json"))
     assert (p.source, p.rule_id) == (ScaleSource.CHECKPOINT, "sglang-kv-param-path")
+    # the same file on the Triton backend with no quantization method fails at start (measured, SGLang 0.5.16 on H200);
+    # with a method (FP8 weights) or another backend it is not refused
+    triton = ("--quantization-param-path", "/x/kv.json", "--attention-backend", "triton")
+    p = plan(plain, "sglang", {"name": "kv", "kv": "fp8"}, args=triton)
+    assert (p.source, p.rule_id) == (ScaleSource.REFUSED, "sglang-kv-param-path-triton-crash")
+    assert "af3f1bbe5b3444d590a2f461d8d08329" in p.engine_source and "'NoneType'" in (p.log_line or "")
+    p = plan(plain, "sglang", {"name": "kv", "kv": "fp8", "quantization": "fp8"}, args=triton)
+    assert p.rule_id == "sglang-kv-param-path"
+    p = plan(plain, "sglang", {"name": "kv", "kv": "fp8"}, args=triton[:2] + ("--attention-backend", "fa3"))
+    assert p.rule_id == "sglang-kv-param-path"
     assert plan(plain, "sglang", {"name": "e5", "kv": "fp8_e5m2"}).rule_id == "sglang-kv-e5m2-unscaled"
     qwen = checkpoint(tmp_path / "b", qc=CT_QC, scales=per_tensor())
     p = plan(qwen, "sglang", {"name": "cal", "kv": "fp8"})
@@ -278,3 +288,20 @@ def test_preflight_json_carries_the_plan(tmp_path: Path) -> None:
                                           engine_version="0.25.0", model_path=str(no_scales)))
     assert bare.results[0].kv_scales["source"] == "1.0"
     assert "vllm-fp8-kv-uncalibrated" in [v.rule_id for v in bare.results[0].reasons]
+
+
+def test_measured_runs_attach_to_the_plans_their_rule_decided(tmp_path: Path) -> None:
+    """quantrack's own H200 runs (rules/kv-scales.toml [[measured]]) reach the preflight of the arms they bear on:
+    an entry naming a rule only that rule's plans; a computed or per-token-head plan never gets the 1.0-scale runs."""
+    d = checkpoint(tmp_path)
+    p = plan(d, "vllm", {"name": "i8", "kv": "int8_per_token_head"}, args=("--attention-backend", "TRITON_ATTN"))
+    assert [m["run_id"] for m in p.measured] == ["8df3c6350f5943a79ebd8973511b901c"]
+    assert "+0.7 pts" in p.measured[0]["figure"]
+    p = plan(d, "vllm", {"name": "c", "kv": "fp8"}, args=("--calculate-kv-scales",))
+    assert (p.rule_id, [m["run_id"] for m in p.measured]) == ("vllm-kv-calculate-scales",
+                                                              ["d7901b13c0f74499bf176fa4cc8b9722"])
+    p = plan(d, "vllm", {"name": "kv-fp8", "kv": "fp8"})  # scales 1.0: not the computed or per-token-head runs
+    assert "d7901b13c0f74499bf176fa4cc8b9722" not in [m["run_id"] for m in p.measured]
+    p = plan(d, "sglang", {"name": "e5", "kv": "fp8_e5m2"})
+    assert [m["run_id"] for m in p.measured] == ["e1873907245e4fbbbc04b9d59833adfe"]
+    assert plan(d, "vllm", {"name": "bf16", "kv": "auto"}).measured == []

@@ -111,3 +111,38 @@ def test_sglang_fallback_and_error_strings() -> None:
 def test_detect_sglang(shared_data: Path) -> None:
     head = (shared_data / "sglang-h200" / "sglang-0.5.16-fp8.log").read_text()[:30000]
     assert detect_engine(head) == "sglang"
+
+
+QWEN_H200 = Path(__file__).resolve().parents[1] / "data" / "sglang-qwen-h200"
+
+
+def test_negative_mem_usage_on_a_shared_gpu_is_not_a_size() -> None:
+    """quantrack's own H200 run (tests/data/sglang-qwen-h200): other servers released memory while this one loaded,
+    so SGLang printed 'mem usage=-20.23 GB' at 'Load weight end' (and -65.17 GB after graph capture). The weights and
+    graph sizes are unknown with the reason, never -20.23 GiB (which an earlier parser derived from begin - end)."""
+    r = parse_sglang_log((QWEN_H200 / "sglang-0.5.16-qwen-fp8-marlin-shared-gpu.log").read_text(), source="marlin")
+    assert r.weights_gib is None and "weights_gib" in r.not_found
+    assert "mem usage=-20.23 GB" in r.extra["weights_gib_unknown"]
+    assert r.cuda_graph_gib is None and "-65.17" in r.extra["cuda_graph_gib_unknown"]
+    assert "weights_gib" not in r.extra.get("derived", {})
+    assert r.kv_cache_tokens == 1_137_192  # what the log does establish is still read
+    assert [f.kind for f in r.fallbacks] == ["fp8_marlin"]
+    # the same line without the sign still gives the size
+    line = ("[2026-12-02 03:24:17] Load weight end. elapsed=0.92 s, type=Qwen2ForCausalLM, avail mem=98.02 GB, "
+            "mem usage=3.46 GB.")
+    assert parse_sglang_log(line, source="ok").weights_gib == 3.46
+
+
+def test_free_memory_rising_between_begin_and_end_is_not_derived_as_weights() -> None:
+    """SGLang <= 0.2 printed no mem usage: weights = free before - free after, unless free memory rose."""
+    lines = ("[12:00:00 TP0] Load weight begin. avail mem=51.08 GB\n"
+             "[12:00:11 TP0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=71.31 GB\n")
+    r = parse_sglang_log(lines, source="old")
+    assert r.weights_gib is None and "51.08 -> 71.31" in r.extra["weights_gib_unknown"]
+
+
+def test_scales_file_on_triton_fails_at_graph_capture() -> None:
+    """The kv-fp8-scales-file arm: SGLang loaded the file's scales, then failed capturing decode graphs."""
+    r = parse_sglang_log((QWEN_H200 / "sglang-0.5.16-qwen-kv-scales-file-triton.log").read_text(), source="sf")
+    assert r.kv_scales["source"] == "checkpoint"  # what the log said before the failure
+    assert r.errors, "the TypeError is reported as an error"

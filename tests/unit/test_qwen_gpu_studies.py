@@ -76,8 +76,9 @@ def test_the_node_scripts_name_the_studies_and_say_whether_they_have_run() -> No
         assert "NOT RUN YET" in text, name
     lm = (ROOT / "scripts" / "gpu" / "lm-eval-bf16.sh").read_text()
     assert "local-completions" in lm and "--arm bf16" in lm
-    # the vLLM study ran on a lent H200 (its header points at the results); the SGLang one has not
-    vllm = (ROOT / "examples" / "gpu" / "h200-qwen2.5-coder-1.5b-vllm.toml").read_text()
-    assert "Run on a lent H200 on 2026-12-02" in vllm and "docs/gpu/h200-qwen2.5-coder-1.5b.md" in vllm
+    # both studies ran on a lent H200 (each header points at the results)
+    for engine in ("vllm", "sglang"):
+        text = (ROOT / "examples" / "gpu" / f"h200-qwen2.5-coder-1.5b-{engine}.toml").read_text()
+        assert "Run on a lent H200 on 2026-12-02" in text and "docs/gpu/h200-qwen2.5-coder-1.5b.md" in text, engine
+        assert "NOT RUN YET" not in text, engine
     assert (ROOT / "docs" / "gpu" / "h200-qwen2.5-coder-1.5b.md").is_file()
-    assert "NOT RUN YET" in (ROOT / "examples" / "gpu" / "h200-qwen2.5-coder-1.5b-sglang.toml").read_text()
