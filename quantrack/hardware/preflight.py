@@ -401,7 +401,8 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
             verdicts = [*evaluate(gpu, arm, req.engine, req.engine_version, req.cuda, req.mig, ctx),
                         *_checkpoint_findings(req, arm), *context_verdicts(req, cap, _catalog_gpu(gpu)),
                         *_refused_scales(scales)]
-            if scales and scales.get("source") == "checkpoint":  # the checkpoint's headers carry k/v scales
+            if scales and scales.get("source") in ("checkpoint", "computed-at-start"):
+                # the checkpoint's headers carry k/v scales, or vLLM computes them at start: not 1.0
                 verdicts = [v for v in verdicts if v.rule_id != "vllm-fp8-kv-uncalibrated"]
             verdict = overall(verdicts)
             try:

@@ -288,6 +288,12 @@ def test_preflight_json_carries_the_plan(tmp_path: Path) -> None:
                                           engine_version="0.25.0", model_path=str(no_scales)))
     assert bare.results[0].kv_scales["source"] == "1.0"
     assert "vllm-fp8-kv-uncalibrated" in [v.rule_id for v in bare.results[0].reasons]
+    # --calculate-kv-scales: vLLM computes them at start (not 1.0): the "uses scales of 1.0" warning would be wrong
+    calc = make_arm("calc", kv="fp8", engine_args=("--calculate-kv-scales",))
+    rep = run_preflight(PreflightRequest(gpus=[get_gpu("H200")], arms=[calc], engine="vllm", engine_version="0.25.0",
+                                         model_path=str(no_scales)))
+    assert rep.results[0].kv_scales["source"] == "computed-at-start"
+    assert "vllm-fp8-kv-uncalibrated" not in [v.rule_id for v in rep.results[0].reasons]
 
 
 def test_measured_runs_attach_to_the_plans_their_rule_decided(tmp_path: Path) -> None:
