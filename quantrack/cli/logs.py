@@ -31,6 +31,9 @@ def _row(report: Any) -> dict[str, Any]:
         d[key] = [f"{e['kind']}@{e['line_no']}" for e in d[key]]
     ex = d.get("extra") or {}
     d["failed_start"] = (ex.get("startup_failure") or "yes") if ex.get("startup_failed") else "no"
+    for key in ("weights_gib", "cuda_graph_gib"):  # the log printed a figure that is not a size (JSON: extra says why)
+        if d.get(key) is None and ex.get(f"{key}_unknown"):
+            d[key] = "unknown"
     ev = d.get("engine_evidence") or []
     d["engine_evidence"] = "; ".join(f"{e['marker']}@{e['line_no']}" for e in ev[:2]) or None
     return {k: d.get(k) for k in _COLUMNS}

@@ -202,6 +202,11 @@ def _sweep_levels(metrics: dict[str, float]) -> dict[int, SweepLevel]:
     return {c: SweepLevel(**v) for c, v in found.items()}
 
 
+def _size_or_none(v: float | None) -> float | None:
+    """A logged size, or None for a negative one (not a size; see quantrack.engines.sglang)."""
+    return None if v is None or v < 0 else v
+
+
 def arm_run(r: RunRow) -> ArmRun:
     """The read model of one run."""
     p, m, t = r.params, r.metrics, r.tags
@@ -436,7 +441,3 @@ if TYPE_CHECKING:
 __all__ = ["Accuracy", "ArmRun", "ArmSet", "Configuration", "Contention", "Cost", "Fallback", "PairedTest",
            "ProbeFact", "SweepLevel", "arm_cost", "arm_run", "arm_set", "as_arm_runs", "by_gpu", "choose_baseline", "paired_test",
            "pick_arm_runs", "probe_fact", "run_status", "skipped_runs"]
-
-
-def _size_or_none(v: float | None) -> float | None:
-    return None if v is None or v < 0 else v

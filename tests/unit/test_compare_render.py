@@ -482,3 +482,13 @@ def test_real_h200_session2_default_table_fits_and_says_what_it_lacks(tmp_path: 
     assert "100.0% / 0.0000 (self)" in bf16
     assert "yes (fp8_marlin)" in text
     assert "host contention during latency not recorded for: bf16, fp8, fp8-kv, fp8-marlin." in text
+
+
+def test_a_negative_weights_metric_is_not_shown_as_a_size(logged: list[RunRow]) -> None:
+    """Stores logged before the SGLang parser refused a negative 'mem usage' (quantrack's own H200 store holds
+    weights_gib = -20.23 for an arm) show FILL IN, never a negative size."""
+    fp8 = next(r for r in logged if r.arm == "fp8")
+    runs = [r if r is not fp8 else RunRow(**{**r.__dict__, "metrics": {**r.metrics, "weights_gib": -20.23}})
+            for r in logged]
+    rows = {r["arm"]: r for r in build_table(EXPERIMENT, runs).rows}
+    assert "-20.23" not in str(rows["fp8"]["weights_gib"]) and rows["fp8"]["weights_gib"] == "FILL IN", rows["fp8"]

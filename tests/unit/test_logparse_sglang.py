@@ -146,3 +146,19 @@ def test_scales_file_on_triton_fails_at_graph_capture() -> None:
     r = parse_sglang_log((QWEN_H200 / "sglang-0.5.16-qwen-kv-scales-file-triton.log").read_text(), source="sf")
     assert r.kv_scales["source"] == "checkpoint"  # what the log said before the failure
     assert r.errors, "the TypeError is reported as an error"
+
+
+def test_logs_parse_says_unknown_not_blank_for_a_negative_mem_usage() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from quantrack.cli import cli
+
+    log = str(QWEN_H200 / "sglang-0.5.16-qwen-fp8-marlin-shared-gpu.log")
+    res = CliRunner().invoke(cli, ["logs", "parse", log, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output)[0]
+    assert rep["weights_gib"] is None and "mem usage=-20.23 GB" in rep["extra"]["weights_gib_unknown"]
+    res = CliRunner().invoke(cli, ["logs", "parse", log])
+    assert res.exit_code == 0 and "unknown" in res.output and "-20.23" not in res.output, res.output
