@@ -98,10 +98,10 @@ def read_layer_scales(ckpt: Path) -> dict[int, tuple[list[float], list[float]]]:
     found: dict[int, dict[str, list[float]]] = {}
     for f in sorted(ckpt.glob("*.safetensors")):
         with safe_open(str(f), framework="numpy") as st:
-            names = [n for n in st.keys() if pat.search(n)]  # noqa: SIM118 - safe_open has keys(), not iteration
-            for name in names:
+            for name in st.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
                 m = pat.search(name)
-                assert m is not None
+                if not m:
+                    continue
                 try:
                     values = [float(x) for x in st.get_tensor(name).ravel()]
                 except TypeError:  # bfloat16 (the model's dtype, as llm-compressor saves them): numpy has none
