@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from quantrack.accuracy.gsm8k import FULL_TEST_SIZE, STYLES, TASKS
+from quantrack.accuracy.gsm8k import FULL_TEST_SIZE, MAX_POOL, ORDERS, STYLES, TASKS
 from quantrack.accuracy.kl import DEFAULT_TOP_K, MAX_TOP_K, KLMethod
 from quantrack.arms import Arm, arm_from_table, with_baseline
 from quantrack.engines import DEFAULT_ENGINE, DEFAULT_UTIL, get_adapter
@@ -121,8 +121,15 @@ class SweepSpec:
 @settings
 class EvalSpec:
     task: str | None = setting(default=None, help="Accuracy task (none = no eval).", choices=TASKS)
-    num_questions: int = setting(default=FULL_TEST_SIZE, help="First N test questions (report the full 1319).", ge=1,
-                                 le=FULL_TEST_SIZE)
+    num_questions: int = setting(default=FULL_TEST_SIZE, help="Questions asked: the first N of the task's pool (gsm8k: "
+                                 "the 1319 test questions; gsm8k-train: 7468 at 5 shots; gsm8k-all: 8787); with a "
+                                 "budget, the most an arm may ask.", ge=1, le=MAX_POOL)
+    order: str = setting(default="natural", help="Order questions are asked in: natural, or shuffled by the seed "
+                         "(a budget needs shuffled: a sequential test takes the questions as a random sample).",
+                         choices=ORDERS)
+    budget: str | None = setting(default=None, help="Accuracy budget such as '1pp': each non-baseline arm stops "
+                                 "asking when its sequential paired verdict vs the baseline settles (within or "
+                                 "exceeds), or after num_questions.", nonempty=True)
     num_shots: int = setting(default=5, help="Few-shot exemplars (first train examples).", ge=0)
     max_tokens: int = setting(default=256, help="Max new tokens per answer.", ge=1)
     concurrency: int = setting(default=8, help="Requests in flight.", ge=1, le=1024)
@@ -397,9 +404,32 @@ def _arms(raw: Any, baseline: Any) -> list[Arm]:
     return with_baseline(arms, baseline)
 
 
+def _check_pool(kwargs: dict[str, Any]) -> None:
+    """[eval] num_questions within the task's pool, a pool with train questions on fixed exemplars, and a budget
+    that parses and comes with a shuffled order: before anything starts."""
+    from quantrack.accuracy.gsm8k import pool_size
+    from quantrack.constraints import parse_accuracy_drop
+
+    task = kwargs.get("task") or "gsm8k"
+    shots = kwargs.get("num_shots", 5)
+    n = kwargs.get("num_questions", FULL_TEST_SIZE)
+    if task in TASKS and n > pool_size(task, shots):
+        raise BadInput(f"[eval] num_questions {n}: the {task} pool has {pool_size(task, shots)} questions at "
+                       f"{shots} shots")
+    if task in TASKS and task != "gsm8k" and kwargs.get("style", "vllm") != "vllm":
+        raise BadInput(f"[eval] task {task} asks train questions: it needs style = \"vllm\" (fixed exemplars, train "
+                       "rows 0..k-1, never asked)")
+    if kwargs.get("budget") is not None:
+        parse_accuracy_drop(kwargs["budget"], "[eval] budget")
+        if kwargs.get("order", "natural") != "shuffled":
+            raise BadInput("[eval] budget needs order = \"shuffled\": the sequential test takes the questions as a "
+                           "random sample (a seeded permutation of the pool)")
+
+
 def _eval_table(table: dict[str, Any]) -> dict[str, Any]:
     """``[eval]`` with its ``kl = { tokens, top_k, arms, baseline_util }`` table (or flat ``kl_*`` keys)."""
     kwargs = build(EvalSpec, table, "[eval]", skip=("kl",))
+    _check_pool(kwargs)
     kl = table.get("kl")
     if kl is None:
         return kwargs

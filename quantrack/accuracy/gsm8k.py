@@ -47,10 +47,49 @@ from quantrack.accuracy.records import (
 from quantrack.engines.evaltools import VLLM_GSM8K
 from quantrack.errors import BadInput, EngineError, MeasurementError, unknown
 
-TASKS = ("gsm8k",)
+# gsm8k: the test split (the headline score); gsm8k-train: the train split less the exemplars; gsm8k-all: both, for
+# paired deltas that need more questions than the test split holds (docs/accuracy.md, "A larger pool")
+TASKS = ("gsm8k", "gsm8k-train", "gsm8k-all")
 STYLES = (VLLM_GSM8K, "lm-eval")
 SAMPLERS = ("first_n", "lm-eval")
+ORDERS = ("natural", "shuffled")  # shuffled: a permutation of the pool seeded by the request seed
 FULL_TEST_SIZE = 1319
+FULL_TRAIN_SIZE = 7473
+MAX_POOL = FULL_TEST_SIZE + FULL_TRAIN_SIZE  # gsm8k-all with 0 shots
+# a train question's id: its train-split index plus this offset, so ids never collide across splits and records
+# written before train questions could be asked (test ids 0..1318) read as they did
+TRAIN_ID_OFFSET = 100_000
+
+
+def split_of(qid: int) -> str:
+    return "train" if qid >= TRAIN_ID_OFFSET else "test"
+
+
+def outcome_position(qid: int) -> int:
+    """Where a question's outcome sits in the outcome string (``Tag.GSM8K_CORRECT``): test ids first, then the
+    train split by index (the exemplars' positions stay '.')."""
+    return qid if qid < TRAIN_ID_OFFSET else FULL_TEST_SIZE + (qid - TRAIN_ID_OFFSET)
+
+
+def pool_ids(task: str, *, num_shots: int, sampler: str, test_size: int = FULL_TEST_SIZE,
+             train_size: int = FULL_TRAIN_SIZE) -> list[int]:
+    """The question ids a task may ask, in natural order. Train questions never include an exemplar: the pools
+    with train questions need fixed exemplars (first_n, train rows 0..k-1), which are left out."""
+    if task not in TASKS:
+        raise unknown("task", task, TASKS)
+    test = list(range(test_size))
+    if task == "gsm8k":
+        return test
+    if sampler != "first_n" and num_shots > 0:
+        raise BadInput(f"task {task} asks train questions: its exemplars must be fixed (--fewshot-sampler first_n, "
+                       "the vllm style's), so that no question is ever one of its own exemplars")
+    train = [TRAIN_ID_OFFSET + j for j in range(num_shots, train_size)]
+    return train if task == "gsm8k-train" else test + train
+
+
+def pool_size(task: str, num_shots: int) -> int:
+    return {"gsm8k": FULL_TEST_SIZE, "gsm8k-train": FULL_TRAIN_SIZE - num_shots,
+            "gsm8k-all": MAX_POOL - num_shots}[task]
 
 # Upstream hashes (openai/grade-school-math data/{train,test}.jsonl, as served by vLLM's CI bucket).
 TEST_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
@@ -349,11 +388,14 @@ class EvalResult:
 
 def result_from_records(records: dict[int, QuestionRecord], *, num_questions: int, style: str | None,
                         records_path: str | None, source: str = "measured",
-                        settings: dict[str, Any] | None = None) -> EvalResult:
-    """Counts, accuracy, SE and Wilson interval from per-question records (ids < num_questions)."""
+                        settings: dict[str, Any] | None = None, ids: set[int] | None = None,
+                        task: str = "gsm8k") -> EvalResult:
+    """Counts, accuracy, SE and Wilson interval from per-question records (``ids``, or ids < num_questions).
+    A pool with train questions also gets the accuracy per split (``extra["by_split"]``): only the test split's
+    compares with published scores."""
     from quantrack.accuracy.stats import proportion
 
-    recs = [r for qid, r in records.items() if qid < num_questions]
+    recs = [r for qid, r in records.items() if (qid in ids if ids is not None else qid < num_questions)]
     answered = [r for r in recs if r.answered]
     errors = sum(1 for r in recs if not r.answered)
     k = sum(1 for r in answered if r.correct)
@@ -365,8 +407,16 @@ def result_from_records(records: dict[int, QuestionRecord], *, num_questions: in
             fp = proportion(sum(1 for f in verdicts if f), len(verdicts))
             extra[f"accuracy_{other}"] = fp.p
             extra[f"ci_{other}"] = [fp.ci_low, fp.ci_high]
+    if task != "gsm8k":
+        by: dict[str, Any] = {}
+        for split in ("test", "train"):
+            rs = [r for r in answered if split_of(r.id) == split]
+            if rs:
+                sp = proportion(sum(1 for r in rs if r.correct), len(rs))
+                by[split] = {"n": sp.n, "correct": sp.k, "accuracy": sp.p, "ci": [sp.ci_low, sp.ci_high]}
+        extra["by_split"] = by
     return EvalResult(
-        task="gsm8k", style=style, num_questions=num_questions, n=len(answered), correct=k,
+        task=task, style=style, num_questions=num_questions, n=len(answered), correct=k,
         invalid=sum(1 for r in answered if r.invalid), errors=errors, accuracy=prop.p, se=prop.se,
         ci_low=prop.ci_low, ci_high=prop.ci_high, records_path=records_path, source=source,
         settings=settings or {}, extra=extra,
@@ -445,6 +495,9 @@ def run_gsm8k(
     engine: str | None = None,
     progress: ProgressFn | None = None,
     timeout_s: float = REQUEST_TIMEOUT_S,
+    task: str = "gsm8k",
+    order: str = "natural",
+    stop_rule: Callable[[QuestionRecord], bool] | None = None,
 ) -> EvalResult:
     """Ask the first ``num_questions`` GSM8K test questions, score them, write one record each.
 
@@ -455,6 +508,10 @@ def run_gsm8k(
     ``fewshot_sampler`` (default: the style's own, :func:`default_sampler`) picks the exemplars;
     ``fewshot_seed`` (default 1234, lm-eval's) seeds the ``lm-eval`` sampler and is refused with
     ``first_n``. ``seed`` is the request seed (default 42 for vllm, 1234 for lm-eval: each tool's own).
+
+    ``task`` picks the pool (:func:`pool_ids`), ``order`` shuffles it by ``seed``; ``stop_rule`` is called with
+    each record as it is written (a resumed run's earlier records first, in file order) and stops the run when it
+    returns True: questions not yet sent are not asked, the ones in flight are still recorded.
     """
     from quantrack.measure.client import check_timeout, http_timeout
 
@@ -462,23 +519,17 @@ def run_gsm8k(
     if style not in STYLES:
         raise unknown("style", style, STYLES)
     sampler, shot_seed, seed = _sampling(style, fewshot_sampler, fewshot_seed, seed)
-    if not 1 <= num_questions <= FULL_TEST_SIZE:
-        raise BadInput(f"--num-questions {num_questions}: must be 1..{FULL_TEST_SIZE}")
-    if num_shots < 0:
-        raise BadInput(f"--num-shots {num_shots}: must be >= 0")
-    if max_tokens < 1:
-        raise BadInput(f"--max-tokens {max_tokens}: must be >= 1")
-    if not 1 <= concurrency <= 1024:
-        raise BadInput(f"--concurrency {concurrency}: must be 1..1024")
-    if temperature < 0:
-        raise BadInput(f"--temperature {temperature}: must be >= 0")
+    if order not in ORDERS:
+        raise unknown("question order", order, ORDERS)
+    pool = pool_ids(task, num_shots=num_shots, sampler=sampler)  # refuses an unknown task or a drawn sampler
+    _check_sizes(num_questions, len(pool), task, num_shots, max_tokens, concurrency, temperature)
     url = normalize_base_url(base_url)
     data = load_data(num_shots, Path(data_dir) if data_dir is not None else None)
-    shot_ids = fewshot_ids(sampler, num_questions=num_questions, num_shots=num_shots, pool_size=len(data.train),
-                           seed=shot_seed if shot_seed is not None else LM_EVAL_FEWSHOT_SEED)
+    asked, shot_ids, items = _plan(pool, data, order=order, seed=seed, num_questions=num_questions,
+                                   sampler=sampler, num_shots=num_shots, shot_seed=shot_seed)
 
     settings: dict[str, Any] = {
-        "task": "gsm8k", "style": style, "num_shots": num_shots, "max_tokens": max_tokens,
+        "task": task, "order": order, "style": style, "num_shots": num_shots, "max_tokens": max_tokens,
         "temperature": temperature, "seed": seed, "data_sha256": data.test_sha256,
         "num_questions": num_questions, "concurrency": concurrency, "base_url": url, "engine": engine,
         "model": model, "data": data.source, "endpoint": "/v1/completions", "stop": stop_strings(style),
@@ -494,11 +545,11 @@ def run_gsm8k(
         elif path.exists() and not overwrite:
             raise BadInput(f"--output {path} exists: pass --resume to continue it, or choose another --output")
 
-    prompts = {i: build_prompt(build_fewshot([data.train[j] for j in shot_ids[i]]), data.test[i]["question"])
-               for i in range(num_questions)}
+    prompts = {q: build_prompt(build_fewshot([data.train[j] for j in shot_ids[q]]), items[q]["question"])
+               for q in asked}
     # a finished record only counts if it was asked with this very prompt
     done = {qid: r for qid, r in done.items() if qid in prompts and r.prompt_sha256 == prompt_sha256(prompts[qid])}
-    todo = [i for i in range(num_questions) if i not in done]
+    todo = [q for q in asked if q not in done]
 
     import httpx
 
@@ -511,15 +562,51 @@ def run_gsm8k(
             write_meta(path, settings)
         writer = RecordWriter(path, resume=resume) if path is not None else None
         records: dict[int, QuestionRecord] = dict(done)
+        if stop_rule is not None and any(stop_rule(r) for r in done.values()):
+            todo = []  # a resumed run that had already settled asks nothing more
         try:
-            _ask_all(client, todo, prompts, shot_ids, data, style=style, max_tokens=max_tokens,
+            _ask_all(client, todo, prompts, shot_ids, {q: items[q]["answer"] for q in todo}, style=style, max_tokens=max_tokens,
                      temperature=temperature, seed=seed, model=model, concurrency=concurrency, writer=writer,
-                     records=records, progress=progress, already=len(done), total=num_questions)
+                     records=records, progress=progress, already=len(done), total=num_questions,
+                     stop_rule=stop_rule)
         finally:
             if writer is not None:
                 writer.close()
     return result_from_records(records, num_questions=num_questions, style=style,
-                               records_path=str(path) if path else None, settings=settings)
+                               records_path=str(path) if path else None, settings=settings, ids=set(asked),
+                               task=task)
+
+
+def _check_sizes(num_questions: int, pool: int, task: str, num_shots: int, max_tokens: int, concurrency: int,
+                 temperature: float) -> None:
+    if not 1 <= num_questions <= pool:
+        raise BadInput(f"--num-questions {num_questions}: must be 1..{pool} (the {task} pool)")
+    if num_shots < 0:
+        raise BadInput(f"--num-shots {num_shots}: must be >= 0")
+    if max_tokens < 1:
+        raise BadInput(f"--max-tokens {max_tokens}: must be >= 1")
+    if not 1 <= concurrency <= 1024:
+        raise BadInput(f"--concurrency {concurrency}: must be 1..1024")
+    if temperature < 0:
+        raise BadInput(f"--temperature {temperature}: must be >= 0")
+
+
+def _plan(pool: list[int], data: Gsm8kData, *, order: str, seed: int, num_questions: int, sampler: str,
+          num_shots: int, shot_seed: int | None
+          ) -> tuple[list[int], dict[int, list[int]], dict[int, dict[str, str]]]:
+    """The ids asked (in order), each one's exemplar ids and its item (question and answer)."""
+    pool = list(pool)
+    if order == "shuffled":
+        random.Random(seed).shuffle(pool)
+    asked = pool[:num_questions]
+    test_asked = [q for q in asked if q < TRAIN_ID_OFFSET]
+    # lm-eval's draws for test question i depend on the questions before it: draw for the test split up to the
+    # highest test id asked, so a question gets the exemplars it gets in a natural-order run
+    draws = fewshot_ids(sampler, num_questions=(max(test_asked) + 1) if test_asked else 0, num_shots=num_shots,
+                        pool_size=len(data.train), seed=shot_seed if shot_seed is not None else LM_EVAL_FEWSHOT_SEED)
+    shot_ids = {q: (draws[q] if q < TRAIN_ID_OFFSET else list(range(num_shots))) for q in asked}
+    items = {q: (data.test[q] if q < TRAIN_ID_OFFSET else data.train[q - TRAIN_ID_OFFSET]) for q in asked}
+    return asked, shot_ids, items
 
 
 def _sampling(style: str, fewshot_sampler: str | None, fewshot_seed: int | None, seed: int | None
@@ -557,10 +644,11 @@ def _served_model(client: Any, url: str) -> str | None:
         raise EngineError(f"{url}/v1/models did not return an OpenAI model list; pass --model") from None
 
 
-def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: list[list[int]], data: Gsm8kData, *,
+def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: dict[int, list[int]],
+             golds: dict[int, str], *,
              style: str, max_tokens: int, temperature: float, seed: int, model: str | None, concurrency: int,
              writer: RecordWriter | None, records: dict[int, QuestionRecord], progress: ProgressFn | None,
-             already: int, total: int) -> None:
+             already: int, total: int, stop_rule: Callable[[QuestionRecord], bool] | None = None) -> None:
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     errors = 0
@@ -570,11 +658,14 @@ def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: li
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gsm8k")
     try:
         futures = [
-            pool.submit(_ask_one, client, qid, prompts[qid], shot_ids[qid], data.test[qid]["answer"], style=style,
+            pool.submit(_ask_one, client, qid, prompts[qid], shot_ids[qid], golds[qid], style=style,
                         max_tokens=max_tokens, temperature=temperature, seed=seed, model=model)
             for qid in todo
         ]
+        stopped = False
         for fut in as_completed(futures):
+            if fut.cancelled():
+                continue
             rec = fut.result()
             records[rec.id] = rec
             if writer is not None:
@@ -583,6 +674,10 @@ def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: li
             errors += 0 if rec.answered else 1
             if progress:
                 progress(finished, total, errors)
+            if not stopped and stop_rule is not None and stop_rule(rec):
+                stopped = True  # settled: send nothing more; what is in flight is still recorded
+                for f in futures:
+                    f.cancel()
     finally:
         # on Ctrl-C: drop what has not started; finished records are already on disk
         pool.shutdown(wait=True, cancel_futures=True)
@@ -628,9 +723,13 @@ def raise_if_errors(result: EvalResult) -> None:
 __all__ = [
     "INVALID",
     "LM_EVAL_FEWSHOT_SEED",
+    "MAX_POOL",
+    "ORDERS",
     "SAMPLERS",
     "STOP_LM_EVAL",
     "STOP_VLLM",
+    "TASKS",
+    "TRAIN_ID_OFFSET",
     "EvalResult",
     "build_fewshot",
     "build_payload",
@@ -642,11 +741,15 @@ __all__ = [
     "lm_eval_filter",
     "lm_eval_normalize",
     "load_data",
+    "outcome_position",
     "parse_completion",
+    "pool_ids",
+    "pool_size",
     "prompt_sha256",
     "raise_if_errors",
     "result_from_records",
     "run_gsm8k",
     "score",
     "small_sample_warning",
+    "split_of",
 ]

@@ -11,9 +11,16 @@ from quantrack.accuracy.stats import compare_counts, paired_counts
 from quantrack.errors import BadInput
 
 
-def compare_runs(base_path: str, arm_path: str) -> dict[str, Any]:
+def compare_runs(base_path: str, arm_path: str, *, budget: float | None = None, sequential: bool = False
+                 ) -> dict[str, Any]:
     """Load two runs (records, result JSON or importable files) and compare them, paired when both
-    have per-question records. Returns a plain dict for rendering; accuracies only as measured/imported."""
+    have per-question records. Returns a plain dict for rendering; accuracies only as measured/imported.
+
+    ``budget`` (a fraction: 0.01 = 1 point) adds the budget verdict (:mod:`quantrack.accuracy.budget`): on all
+    paired questions with Newcombe's interval, or with ``sequential`` question by question in the order the arm's
+    records were written (the order they were answered), by the betting confidence sequence."""
+    if sequential and budget is None:
+        raise BadInput("--sequential judges a budget: give --budget too (e.g. --budget 1pp)")
     base_res, base_recs = load_run(base_path)
     arm_res, arm_recs = load_run(arm_path)
     report: dict[str, Any] = {
@@ -46,9 +53,26 @@ def compare_runs(base_path: str, arm_path: str) -> dict[str, Any]:
     report["paired"] = True
     report["comparison"] = cmp.to_dict()
     report["verdict"] = cmp.verdict()
+    if budget is not None:
+        report["budget"] = budget_verdict(base_recs, arm_recs, cmp, budget, sequential=sequential).to_dict()
     report["excluded"] = {
         "only_in_base": len(set(base_recs) - set(arm_recs)),
         "only_in_arm": len(set(arm_recs) - set(base_recs)),
         "errored_in_either": sum(1 for q in shared if not (base_recs[q].answered and arm_recs[q].answered)),
     }
     return report
+
+
+def budget_verdict(base_recs: dict[int, Any], arm_recs: dict[int, Any], cmp: Any, budget: float, *,
+                   sequential: bool) -> Any:
+    """The budget verdict of two runs' records; sequentially in the arm's record order (its file order)."""
+    from quantrack.accuracy.budget import fixed_verdict, paired_differences, sequential_verdict
+
+    if not sequential:
+        return fixed_verdict(cmp, budget)
+
+    def ok(r: Any) -> bool | None:
+        return bool(r.correct) if r.answered else None
+
+    order = [q for q in arm_recs if q in base_recs]
+    return sequential_verdict(paired_differences((ok(base_recs[q]), ok(arm_recs[q])) for q in order), budget)

@@ -19,10 +19,10 @@ from typing import IO, Any, Self
 from quantrack.errors import BadInput
 
 # Keys of the settings that must match for --resume to continue a file.
-RESUME_KEYS = ("task", "style", "num_shots", "max_tokens", "temperature", "seed", "data_sha256", "fewshot_sampler",
+RESUME_KEYS = ("task", "order", "style", "num_shots", "max_tokens", "temperature", "seed", "data_sha256", "fewshot_sampler",
                "fewshot_seed")
 # What a sidecar written before a key existed meant by its absence (exemplars were always train rows 0..k-1).
-LEGACY_META = {"fewshot_sampler": "first_n", "fewshot_seed": None}
+LEGACY_META = {"fewshot_sampler": "first_n", "fewshot_seed": None, "order": "natural"}
 
 
 @dataclass

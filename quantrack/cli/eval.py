@@ -55,6 +55,7 @@ def _progress(done: int, total: int, errors: int) -> None:
 @click.option("--base-url", default=None, metavar="URL", help="The running server, e.g. http://127.0.0.1:8000.")
 @setting_option(EvalSpec, "task", default="gsm8k", help="Accuracy task.")
 @setting_option(EvalSpec, "num_questions")
+@setting_option(EvalSpec, "order")
 @setting_option(EvalSpec, "num_shots", help="Few-shot exemplars from the train split.")
 @setting_option(EvalSpec, "max_tokens")
 @click.option("--temperature", default=0.0, show_default=True, type=float)
@@ -82,7 +83,7 @@ def _progress(done: int, total: int, errors: int) -> None:
 @click.option("--allow-errors", is_flag=True, help="Exit 0 even if some questions got a server error.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, task: str, num_questions: int,
+def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, task: str, num_questions: int, order: str,
                num_shots: int, max_tokens: int, temperature: float, seed: int | None, concurrency: int, style: str,
                fewshot_sampler: str | None, fewshot_seed: int | None, model: str | None, output: str, resume: bool,
                overwrite: bool, data_dir: str | None, api_key: str | None, timeout: float, allow_errors: bool,
@@ -120,7 +121,7 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
                        concurrency=concurrency, seed=seed, temperature=temperature, style=style,
                        fewshot_sampler=fewshot_sampler, fewshot_seed=fewshot_seed, records_path=output, resume=resume,
                        overwrite=overwrite, api_key=api_key, model=model, data_dir=data_dir, engine=engine,
-                       progress=_progress, timeout_s=timeout)
+                       progress=_progress, timeout_s=timeout, task=task, order=order)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -136,15 +137,26 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
 @click.argument("base", type=click.Path(dir_okay=False))
 @click.argument("arm", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def compare(base: str, arm: str, fmt: str) -> None:
+@click.option("--budget", default=None, metavar="PP",
+              help="Accuracy budget, e.g. 1pp: verdict within / exceeds / undecided on the 95% interval of Delta "
+                   "(the spellings of report --max-accuracy-drop).")
+@click.option("--sequential", is_flag=True,
+              help="Judge the budget question by question in the order the arm answered, with a confidence "
+                   "sequence valid under optional stopping; report the first point at which it settled.")
+def compare(base: str, arm: str, fmt: str, budget: str | None, sequential: bool) -> None:
     """Paired comparison of two runs on the questions both answered.
 
     BASE and ARM are records JSONL files from `quantrack eval`, result JSON from `eval import --out`,
     or lm-eval samples. Delta = arm - base with a 95% Newcombe interval, exact McNemar test.
+    With --budget: the budget verdict (docs/accuracy.md, "The budget verdict").
     """
     from quantrack.accuracy.paired import compare_runs
+    from quantrack.constraints import parse_accuracy_drop
 
-    report = compare_runs(base, arm)
+    frac = None if budget is None else parse_accuracy_drop(budget, "--budget")
+    if sequential and frac is None:
+        raise BadInput("--sequential judges a budget: give --budget too (e.g. --budget 1pp)")
+    report = compare_runs(base, arm, budget=frac, sequential=sequential)
     if fmt == "json":
         click.echo(json.dumps(report, indent=2))
     else:
@@ -214,4 +226,12 @@ def render_comparison(report: dict[str, Any]) -> str:
         lines.append(f"excluded: {ex['only_in_base']} only in base, {ex['only_in_arm']} only in arm, "
                      f"{ex['errored_in_either']} with a server error in either")
     lines.append(report["verdict"])
+    if report.get("budget"):
+        lines.append(budget_line(report["budget"]))
     return "\n".join(lines)
+
+
+def budget_line(b: dict[str, Any]) -> str:
+    from quantrack.accuracy.budget import BudgetVerdict
+
+    return "Budget: " + BudgetVerdict(**b).sentence() + f". Method: {b['method_detail']}."

@@ -211,6 +211,10 @@ def arm_run(r: RunRow) -> ArmRun:
     """The read model of one run."""
     p, m, t = r.params, r.metrics, r.tags
     outcomes = t.get(Tag.GSM8K_CORRECT)
+    i = 1
+    while outcomes is not None and f"{Tag.GSM8K_CORRECT}.{i}" in t:  # continued past MLflow's tag limit
+        outcomes += t[f"{Tag.GSM8K_CORRECT}.{i}"]
+        i += 1
     verdict = t.get(Tag.VERDICT)
     return ArmRun(
         row=r, arm=r.arm, run_id=r.run_id, status=run_status(r.status, verdict), stored_status=r.status,

@@ -56,17 +56,30 @@ def outcomes_bitmap(records_path: Path | None) -> tuple[str | None, str | None]:
     """Per-question outcomes as a compact tag ('1' right, '0' wrong, '.' unanswered) + the data hash."""
     if records_path is None or not Path(records_path).is_file():
         return None, None
+    from quantrack.accuracy.gsm8k import MAX_POOL, outcome_position
     from quantrack.accuracy.records import load_records, read_meta
 
     recs = load_records(Path(records_path))
-    if not recs or max(recs) >= 8000:
+    pos = {qid: outcome_position(qid) for qid in recs}
+    if not recs or max(pos.values()) >= MAX_POOL:
         return None, None
-    chars = ["."] * (max(recs) + 1)
+    chars = ["."] * (max(pos.values()) + 1)
     for qid, r in recs.items():
         if r.answered:
-            chars[qid] = "1" if r.correct else "0"
+            chars[pos[qid]] = "1" if r.correct else "0"
     meta = read_meta(Path(records_path)) or {}
     return "".join(chars), meta.get("data_sha256")
+
+
+TAG_LIMIT = 8000  # MLflow's longest tag value (mlflow.utils.validation.MAX_TAG_VAL_LENGTH)
+
+
+def outcome_chunks(bitmap: str | None) -> list[str | None]:
+    """The outcome string in tags of at most 8,000 characters: the first under ``quantrack.gsm8k_correct``, the
+    rest under ``.1``, ``.2`` ... (a reader joins them: :func:`quantrack.report.armrun.arm_run`)."""
+    if bitmap is None:
+        return [None]
+    return [bitmap[i:i + TAG_LIMIT] for i in range(0, len(bitmap), TAG_LIMIT)]
 
 
 def study_secrets(study: Study) -> list[str]:
@@ -458,7 +471,19 @@ def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | No
     if ev.accuracy is not None and baseline_accuracy is not None and not out.arm.baseline:
         rec.metric(Metric.GSM8K_DELTA_VS_BASELINE, ev.accuracy - baseline_accuracy)
     bitmap, sha = outcomes_bitmap(out.eval_records)
-    rec.tag(Tag.GSM8K_CORRECT, bitmap)
+    for i, chunk in enumerate(outcome_chunks(bitmap)):
+        rec.tag(Tag.GSM8K_CORRECT if i == 0 else f"{Tag.GSM8K_CORRECT}.{i}", chunk)
+    rec.tag(Tag.EVAL_TASK, ev.task)
+    rec.tag(Tag.EVAL_ORDER, (ev.settings or {}).get("order"))
+    b = ev.extra.get("budget") if isinstance(ev.extra, dict) else None
+    if isinstance(b, dict):
+        rec.tag(Tag.BUDGET_VERDICT, b.get("verdict"))
+        rec.tag(Tag.BUDGET_METHOD, b.get("method"))
+        rec.tag(Tag.BUDGET_BASELINE, b.get("baseline"))
+        for metric, key in ((Metric.BUDGET_PP, "budget_pp"), (Metric.BUDGET_LOW_PP, "low"),
+                            (Metric.BUDGET_HIGH_PP, "high"), (Metric.BUDGET_QUESTIONS_USED, "questions_used"),
+                            (Metric.BUDGET_MORE_QUESTIONS, "more_questions")):
+            rec.metric(metric, number_of(b, key))
     rec.tag(Tag.GSM8K_DATA_SHA256, sha or (ev.settings or {}).get("data_sha256"))
 
 

@@ -159,6 +159,12 @@ class Metric:
     GSM8K_INVALID = "gsm8k_invalid"
     GSM8K_N = "gsm8k_n"
     GSM8K_SE = "gsm8k_se"
+    # the budget verdict vs the baseline (quantrack.accuracy.budget; [eval] budget): interval in points
+    BUDGET_PP = "budget_pp"
+    BUDGET_LOW_PP = "budget_low_pp"
+    BUDGET_HIGH_PP = "budget_high_pp"
+    BUDGET_QUESTIONS_USED = "budget_questions_used"
+    BUDGET_MORE_QUESTIONS = "budget_more_questions"
     KV_TOKENS_PREDICTED = "kv_tokens_predicted"
     KV_TOKENS_REPORTED = "kv_tokens_reported"
     LATENCY_N_FAILED = "latency_n_failed"
@@ -190,7 +196,12 @@ class Tag:
     FALLBACK = "quantrack.fallback"
     FALLBACK_EVIDENCE = "quantrack.fallback_evidence"
     FALLBACK_KINDS = "quantrack.fallback_kinds"
-    GSM8K_CORRECT = "quantrack.gsm8k_correct"
+    GSM8K_CORRECT = "quantrack.gsm8k_correct"  # continued in .1, .2 ... past 8,000 positions (MLflow's tag limit)
+    BUDGET_VERDICT = "quantrack.budget_verdict"  # within / exceeds / undecided
+    BUDGET_METHOD = "quantrack.budget_method"  # sequential / fixed-n
+    BUDGET_BASELINE = "quantrack.budget_baseline"  # the baseline run's arm the verdict pairs with
+    EVAL_TASK = "quantrack.eval_task"
+    EVAL_ORDER = "quantrack.eval_order"
     GSM8K_DATA_SHA256 = "quantrack.gsm8k_data_sha256"
     GSM8K_SOURCE = "quantrack.gsm8k_source"
     LOG_NOT_FOUND = "quantrack.log_not_found"

@@ -241,16 +241,68 @@ def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdi
     ev = study.eval
     records = workdir / f"{arm.name}-gsm8k.jsonl"
     bar = StepProgress(progress or (lambda _m: None), f"[{arm.name}] eval")
+    budget = _budget_plan(study, arm, workdir)
     try:
         result = run_gsm8k(base_url, num_questions=ev.num_questions, num_shots=ev.num_shots,
                            max_tokens=ev.max_tokens, concurrency=ev.concurrency, seed=ev.seed, style=ev.style,
                            records_path=records, overwrite=True, api_key=api_key, model=study.model.served_name,
-                           engine=study.engine.kind, timeout_s=_request_timeout(study, 600.0), progress=bar.gsm8k)
+                           engine=study.engine.kind, timeout_s=_request_timeout(study, 600.0), progress=bar.gsm8k,
+                           task=ev.task or "gsm8k", order=ev.order,
+                           stop_rule=budget.stop_rule if budget is not None else None)
     except KeyboardInterrupt as exc:  # the questions answered so far are on disk: their result goes with it
         raise Interrupted.of(exc, partial=_partial_eval(records, ev.num_questions)) from None
     finally:
         bar.close()
+    if budget is not None:
+        result.extra["budget"] = budget.verdict(records)
+        if progress is not None:
+            from quantrack.accuracy.budget import BudgetVerdict
+
+            b = {k: v for k, v in result.extra["budget"].items() if k != "baseline"}
+            progress(f"[{arm.name}] budget vs {budget.baseline}: {BudgetVerdict(**b).sentence()}")
     return result, records
+
+
+class _BudgetPlan:
+    """An arm's sequential budget test against the baseline's records of the same study (its work file)."""
+
+    def __init__(self, fraction: float, baseline: str, base_records: dict[int, Any]) -> None:
+        from quantrack.accuracy.budget import SequentialMonitor
+
+        self.fraction = fraction
+        self.baseline = baseline
+        self.base = base_records
+        self.monitor = SequentialMonitor(fraction)
+
+    def stop_rule(self, rec: Any) -> bool:
+        b = self.base.get(rec.id)
+        if b is None or not b.answered or not rec.answered:
+            return False
+        return self.monitor.add(int(bool(rec.correct)) - int(bool(b.correct))) is not None
+
+    def verdict(self, records: Path) -> dict[str, Any]:
+        from quantrack.accuracy.paired import budget_verdict
+        from quantrack.accuracy.records import load_records
+
+        arm_recs = load_records(records)
+        d = budget_verdict(self.base, arm_recs, None, self.fraction, sequential=True).to_dict()
+        d["baseline"] = self.baseline
+        return d
+
+
+def _budget_plan(study: Study, arm: Arm, workdir: Path) -> _BudgetPlan | None:
+    """With [eval] budget, a non-baseline arm stops when its verdict settles; the baseline asks every question."""
+    if study.eval.budget is None or arm.baseline:
+        return None
+    from quantrack.accuracy.records import load_records
+    from quantrack.constraints import parse_accuracy_drop
+
+    base = study.baseline
+    path = workdir / f"{base.name}-gsm8k.jsonl"
+    if not path.is_file():
+        return None  # no baseline records in this work directory: the arm asks every question (said in the run)
+    recs = {q: r for q, r in load_records(path).items()}
+    return _BudgetPlan(parse_accuracy_drop(study.eval.budget, "[eval] budget"), base.name, recs)
 
 
 def _partial_eval(records: Path, num_questions: int) -> tuple[EvalResult, Path] | None:

@@ -99,13 +99,13 @@ def test_eval_without_base_url_is_one_line_error(invoke: Invoke) -> None:
 
 def test_unknown_task(invoke: Invoke) -> None:
     code, _, err = invoke("eval", "--base-url", "http://127.0.0.1:9", "--task", "gsm8", "--output", "/dev/null")
-    assert code == 2 and err == "quantrack: error: --task: expected one of gsm8k, got \"gsm8\" (did you mean 'gsm8k'?)"
+    assert code == 2 and err == "quantrack: error: --task: expected one of gsm8k, gsm8k-train, gsm8k-all, got \"gsm8\" (did you mean 'gsm8k'?)"
 
 
 def test_too_many_questions(invoke: Invoke, tmp_path: Path) -> None:
     code, _, err = invoke("eval", "--base-url", "http://127.0.0.1:9", "--num-questions", "2000",
                           "--output", str(tmp_path / "r.jsonl"))
-    assert code == 2 and err == "quantrack: error: --num-questions: expected an integer in 1..1319, got 2000"
+    assert code == 2 and err == "quantrack: error: --num-questions 2000: must be 1..1319 (the gsm8k pool)"
 
 
 def test_unreachable_server_is_engine_error(invoke: Invoke, tmp_path: Path) -> None:
