@@ -18,11 +18,14 @@ import click
               help="Only the runs measured on this GPU (a fleet experiment otherwise prints one table per GPU).")
 @click.option("--wide", is_flag=True, help="Every column (predicted capacity, capacity error, KV MiB, paired test, "
                                            "…); the default table keeps the decision columns within 120 characters.")
+@click.option("--budget", default=None, metavar="PP",
+              help="Accuracy budget such as 1pp: a Budget column (within / exceeds / undecided, per arm at 95%): the "
+                   "study's sequential verdict where it judged this budget, else fixed-n on the paired records.")
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
 @click.option("--timeout", type=float, default=None, metavar="SECONDS",
               help="Seconds one request to a tracking server may take (default 60; $MLFLOW_HTTP_REQUEST_TIMEOUT).")
 def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None, gpu: str | None,
-            wide: bool, tracking_uri: str | None, timeout: float | None) -> None:
+            wide: bool, budget: str | None, tracking_uri: str | None, timeout: float | None) -> None:
     """One row per arm (its newest finished run; skipped re-runs are counted in a footnote): weights,
     capacity (reported and predicted), KV MiB, batch-1 TPOT, derived $ per 1M output tokens at the highest
     measured sweep concurrency, GSM8K with its 95% Wilson interval, Δ vs baseline with the paired McNemar
@@ -33,8 +36,11 @@ def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None,
     from quantrack.store.uri import set_request_timeout
 
     set_request_timeout(timeout)
+    from quantrack.constraints import parse_accuracy_drop
+
+    frac = None if budget is None else parse_accuracy_drop(budget, "--budget")
 
     if wide and fmt != "table":
         raise BadInput(f"--wide applies to --format table (md, csv and json always hold every column), "
                        f"not --format {fmt}")
-    click.echo(render_many(compare_by_gpu(experiment, baseline, tracking_uri, prices, gpu), fmt, wide), nl=False)
+    click.echo(render_many(compare_by_gpu(experiment, baseline, tracking_uri, prices, gpu, frac), fmt, wide), nl=False)

@@ -65,6 +65,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                         "(accuracy ± standard error where no interval was logged)")),
     ("delta", "Δ vs {baseline}", "derived: accuracy difference, percentage points"),
     ("paired_test", "Paired test", "derived: exact McNemar on per-question records"),
+    ("budget", "Budget", ("derived: budget verdict vs the baseline, per arm at 95% (quantrack.accuracy.budget): "
+                          "the study's sequential one where logged, else fixed-n on the paired records")),
     ("fallback", "Fallback", "measured: engine startup log"),
     ("top1_agree", "Top-1 agree", "measured: KL fidelity run"),
     ("kl", "KL", "measured: KL fidelity run (mean nats/token)"),
@@ -249,7 +251,7 @@ def _capacity_cell(r: ArmRun) -> str:
 
 
 def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str | None = None,
-                prices: PriceTable | str | Path | None = None) -> CompareTable:
+                prices: PriceTable | str | Path | None = None, budget: float | None = None) -> CompareTable:
     """Rows for every arm of the experiment, in the order the arms were first run.
 
     ``prices``: a PriceTable or a prices TOML (``--prices FILE``); None: the shipped rules/prices.toml."""
@@ -285,6 +287,9 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             pt = paired_test(base, r)
             test = pt.cell
         test_info = pt.to_dict() if pt is not None else None
+        budget_cell, budget_info = _budget(r, pt, budget, arm == base_name)
+        if budget_info is not None and budget_info.get("verdict") == "within" and r.fallback.state == FallbackState.YES:
+            budget_cell += " (fallback!)"  # cleared on accuracy is not recommended: the node ran a slower path
         cap_err = r.capacity_error_pct
         row = {
             "arm": arm,
@@ -299,6 +304,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "gsm8k": gsm,
             "delta": delta,
             "paired_test": test,
+            "budget": budget_cell,
             "fallback": _fallback(r),
             # the baseline's own fidelity is not "not measured": it is what the others are scored against
             "top1_agree": (BASELINE_CELL if arm == base_name else FILL) if r.kl_top1_agree is None
@@ -323,7 +329,8 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
         table.narrow.append({
             "arm": arm, "configuration": row["configuration"].replace(" KV", ""), "weights_gib": row["weights_gib"],
             "capacity": _capacity_cell(r), "tpot": _tpot_cell(r), "gsm8k": _narrow_gsm8k(r.accuracy),
-            "delta": delta if p is None else f"{delta} (p={p:.2g})", "fidelity": fid, "fallback": row["fallback"],
+            "delta": delta if p is None else f"{delta} (p={p:.2g})", "budget": budget_cell, "fidelity": fid,
+            "fallback": row["fallback"],
             "cost": cost, "status": row["status"],
         })
         table.raw.append({
@@ -334,6 +341,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "skipped_runs": table.skipped.get(arm, {}),
             "delta_vs_baseline": None if arm == base_name or acc is None or base_acc is None else acc - base_acc,
             "paired_test": test_info,
+            "budget": budget_info,
             "fallback": r.fallback.state, "fallback_kinds": r.fallback.kinds,
             "kl_method": r.kl_method, "kv_scale_source": r.kv_scale_source,
             "kv_scale_planned": r.kv_scale_planned, "kv_scale_evidence": r.kv_scale_evidence,
@@ -343,6 +351,13 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
         if load is not None:
             table.raw[-1]["sweep_levels"] = load[1]
     _add_load_columns(table)
+    judged = [raw["arm"] for raw in table.raw if raw.get("budget")]
+    if judged:
+        table.notes.append(
+            f"Budget: a verdict per arm at 95% (each 'within' or 'exceeds' wrong with probability at most 2.5%); "
+            f"{len(judged)} arm(s) judged against one baseline, so all verdicts hold together with probability at "
+            f"least {100 - 2.5 * len(judged):g}% (Bonferroni). 'within' on accuracy is not a recommendation: "
+            "an arm with a fallback is marked. '(seq.)': the study's sequential test, stopped when it settled.")
     if base_name is None and chosen:
         table.notes.append("no baseline: pass --baseline ARM (no arm is named bf16 or tagged as baseline)")
     table.notes.append("measured: weights, capacity and KV MiB (engine log), TPOT (client), GSM8K (eval), fallback "
@@ -502,12 +517,12 @@ def _contention_notes(runs: list[ArmRun]) -> list[str]:
 # The default table: the decision columns, merged so that it fits WIDTH columns; --wide gives COLUMNS.
 NARROW: tuple[tuple[str, str], ...] = (
     ("arm", "Arm"), ("configuration", "Weights / KV"), ("weights_gib", "Wt GiB"), ("capacity", "KV {kvunit}"),
-    ("tpot", "TPOT ms{srv}"), ("gsm8k", "GSM8K [95% CI]"), ("delta", "Δ vs {baseline}"),
+    ("tpot", "TPOT ms{srv}"), ("gsm8k", "GSM8K [95% CI]"), ("delta", "Δ vs {baseline}"), ("budget", "Budget"),
     ("fidelity", "Top-1 / KL"), ("fallback", "Fallback"), ("cost", "{cost}"), ("status", "Status"),
 )
 # Columns the default table leaves out when every row holds the same uninformative value (a note says so).
-_DROPPABLE = {"cost": ("—",), "status": ("finished",), "fallback": ("no",)}
-_DROP_NOTE = {"cost": "", "status": "every arm finished", "fallback": "no fallback in any log"}
+_DROPPABLE = {"cost": ("—",), "status": ("finished",), "fallback": ("no",), "budget": ("—",)}
+_DROP_NOTE = {"cost": "", "status": "every arm finished", "fallback": "no fallback in any log", "budget": ""}
 
 
 def render_narrow(table: CompareTable, width: int = WIDTH) -> str:
@@ -596,6 +611,32 @@ def render(table: CompareTable, fmt: str = "table", wide: bool = False) -> str:
     return f"experiment: {table.experiment}   baseline: {table.baseline or 'none'}\n{text}\n{notes}\n"
 
 
+def _budget(r: ArmRun, pt: PairedTest | None, budget: float | None, is_base: bool
+            ) -> tuple[str, dict[str, Any] | None]:
+    """The budget cell and its figures: the verdict the study logged (sequential, against its own baseline run)
+    when it judged the same budget, else the fixed-n verdict on the paired test's records when a budget is given."""
+    from quantrack.accuracy.budget import fixed_verdict
+    from quantrack.run.schema import Metric, Tag
+
+    if is_base:
+        return "—", None
+    t, m = r.row.tags, r.metrics
+    logged = t.get(Tag.BUDGET_VERDICT)
+    logged_pp = m.get(Metric.BUDGET_PP)
+    if logged and (budget is None or (logged_pp is not None and abs(logged_pp - budget * 100) < 1e-9)):
+        used = m.get(Metric.BUDGET_QUESTIONS_USED)
+        info = {"verdict": logged, "method": t.get(Tag.BUDGET_METHOD), "budget_pp": logged_pp,
+                "low": m.get(Metric.BUDGET_LOW_PP), "high": m.get(Metric.BUDGET_HIGH_PP),
+                "questions_used": None if used is None else int(used), "baseline": t.get(Tag.BUDGET_BASELINE),
+                "more_questions": m.get(Metric.BUDGET_MORE_QUESTIONS)}
+        n = "" if used is None else f" n={int(used):,}"
+        return f"{logged} {logged_pp:g}pp{n} (seq.)", info
+    if budget is None or pt is None or pt.comparison is None:
+        return "—", None
+    v = fixed_verdict(pt.comparison, budget)
+    return f"{v.verdict} {v.budget_pp:g}pp n={v.questions_used:,}", v.to_dict()
+
+
 def compare_experiment(experiment: str, baseline: str | None = None, uri: str | None = None,
                        prices: str | Path | None = None) -> CompareTable:
     """Read the experiment's arm runs (one search) and build the table (``prices``: ``--prices FILE``)."""
@@ -623,7 +664,8 @@ def _mark_running(table: CompareTable, experiment: str, uri: str | None) -> Comp
 
 
 def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None = None,
-                   prices: str | Path | None = None, gpu: str | None = None) -> list[CompareTable]:
+                   prices: str | Path | None = None, gpu: str | None = None,
+                   budget: float | None = None) -> list[CompareTable]:
     """One table per GPU in the experiment (a fleet study runs the same arms on several GPU types: each GPU's
     arms are compared against that GPU's baseline); a single-GPU experiment gives the one usual table.
     ``gpu`` keeps only that GPU's runs (matched case-insensitively against the names the runs logged)."""
@@ -641,9 +683,9 @@ def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None
                            f"GPUs: {', '.join(sorted(groups))}")
         groups = {match[0]: groups[match[0]]}
     if len(groups) == 1:
-        return [_mark_running(build_table(experiment, next(iter(groups.values())), baseline, price_table),
+        return [_mark_running(build_table(experiment, next(iter(groups.values())), baseline, price_table, budget),
                               experiment, uri)]
-    return [_mark_running(build_table(f"{experiment} @ {g}", rs, baseline, price_table), experiment, uri)
+    return [_mark_running(build_table(f"{experiment} @ {g}", rs, baseline, price_table, budget), experiment, uri)
             for g, rs in sorted(groups.items())]
 
 
