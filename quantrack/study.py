@@ -407,7 +407,7 @@ def _arms(raw: Any, baseline: Any) -> list[Arm]:
 def _check_pool(kwargs: dict[str, Any]) -> None:
     """[eval] num_questions within the task's pool, a pool with train questions on fixed exemplars, and a budget
     that parses and comes with a shuffled order: before anything starts."""
-    from quantrack.accuracy.gsm8k import pool_size
+    from quantrack.accuracy.gsm8k import VLLM_GSM8K, pool_size
     from quantrack.constraints import parse_accuracy_drop
 
     task = kwargs.get("task") or "gsm8k"
@@ -416,7 +416,7 @@ def _check_pool(kwargs: dict[str, Any]) -> None:
     if task in TASKS and n > pool_size(task, shots):
         raise BadInput(f"[eval] num_questions {n}: the {task} pool has {pool_size(task, shots)} questions at "
                        f"{shots} shots")
-    if task in TASKS and task != "gsm8k" and kwargs.get("style", "vllm") != "vllm":
+    if task in TASKS and task != "gsm8k" and kwargs.get("style", VLLM_GSM8K) != VLLM_GSM8K:
         raise BadInput(f"[eval] task {task} asks train questions: it needs style = \"vllm\" (fixed exemplars, train "
                        "rows 0..k-1, never asked)")
     if kwargs.get("budget") is not None:

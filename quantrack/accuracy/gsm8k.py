@@ -649,35 +649,44 @@ def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: di
              style: str, max_tokens: int, temperature: float, seed: int, model: str | None, concurrency: int,
              writer: RecordWriter | None, records: dict[int, QuestionRecord], progress: ProgressFn | None,
              already: int, total: int, stop_rule: Callable[[QuestionRecord], bool] | None = None) -> None:
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
     errors = 0
     finished = already
     if progress:
         progress(finished, total, errors)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gsm8k")
+    # at most `concurrency` questions in flight, the next sent when one returns: a stop rule that settles sends
+    # nothing more, and only the questions already in flight are still answered (and recorded)
+    pending = iter(todo)
+    inflight: set[Future[QuestionRecord]] = set()
+
+    def send_next() -> None:
+        qid = next(pending, None)
+        if qid is not None:
+            inflight.add(pool.submit(_ask_one, client, qid, prompts[qid], shot_ids[qid], golds[qid], style=style,
+                                     max_tokens=max_tokens, temperature=temperature, seed=seed, model=model))
+
     try:
-        futures = [
-            pool.submit(_ask_one, client, qid, prompts[qid], shot_ids[qid], golds[qid], style=style,
-                        max_tokens=max_tokens, temperature=temperature, seed=seed, model=model)
-            for qid in todo
-        ]
+        for _ in range(concurrency):
+            send_next()
         stopped = False
-        for fut in as_completed(futures):
-            if fut.cancelled():
-                continue
-            rec = fut.result()
-            records[rec.id] = rec
-            if writer is not None:
-                writer.write(rec)
-            finished += 1
-            errors += 0 if rec.answered else 1
-            if progress:
-                progress(finished, total, errors)
-            if not stopped and stop_rule is not None and stop_rule(rec):
-                stopped = True  # settled: send nothing more; what is in flight is still recorded
-                for f in futures:
-                    f.cancel()
+        while inflight:
+            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for fut in done:
+                inflight.discard(fut)
+                rec = fut.result()
+                records[rec.id] = rec
+                if writer is not None:
+                    writer.write(rec)
+                finished += 1
+                errors += 0 if rec.answered else 1
+                if progress:
+                    progress(finished, total, errors)
+                if not stopped and stop_rule is not None and stop_rule(rec):
+                    stopped = True  # settled: send nothing more; what is in flight is still recorded
+                if not stopped:
+                    send_next()
     finally:
         # on Ctrl-C: drop what has not started; finished records are already on disk
         pool.shutdown(wait=True, cancel_futures=True)

@@ -92,7 +92,7 @@ SAME_RULE = [
     (Study, "parallel", "--parallel", [0], 4),
     (LatencySpec, "output_tokens", "--output-tokens", [1], 2),
     (SweepSpec, "requests_per_level", "--requests", [-3], 0),
-    (EvalSpec, "num_questions", "--num-questions", [0, 1320], 1319),
+    (EvalSpec, "num_questions", "--num-questions", [0, 8793], 8792),
     (EvalSpec, "style", "--style", ["bogus"], "lm-eval"),
     (EvalSpec, "kl_top_k", "--top-k", [0, 500], 100),
 ]
