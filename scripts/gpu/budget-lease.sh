@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 node="$here/scripts/gpu/node.sh"
 study="$here/examples/gpu/h200-qwen2.5-coder-1.5b-budget-vllm.toml"
 export QUANTRACK_CACHE=${QUANTRACK_CACHE:-/root/qt-cache}
-case ${1:?join|setup|start|poll} in
+case ${1:?join|setup|start|start-short|poll} in
   join)
     cat /root/stash/p?? | tar -xf - -C /root/stash && rm -f /root/stash/p??
     sha256sum /root/stash/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf ;;
@@ -20,6 +20,10 @@ case ${1:?join|setup|start|poll} in
     tar -xf /root/stash/cal.tar -C /root/stash && python3 -m pip install -q --no-index --no-deps --no-compile \
       --target /tmp/cal-site /root/stash/cal/*.whl 2>&1 | tail -1
     "$node" hfmodel qwen2.5-coder-1.5b ;;
+  start-short)   # a shortened lease: two runs at once, each with its own bf16 baseline (two bf16 runs: the floor)
+    "$node" bg ba "$study" --arm fp8 --workdir /root/wd-ba
+    sleep 20
+    "$node" bg bb "$study" --arm kv-int8-per-token-head --workdir /root/wd-bb ;;
   start)
     "$node" bg ba "$study" --arm bf16-again --arm fp8 --workdir /root/wd-ba
     m=$(cd "$here" && PYTHONPATH="/tmp/qt-site:$here" python3 -c "from quantrack.models.ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:hf-bf16'))")
