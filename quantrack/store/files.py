@@ -217,16 +217,24 @@ def open_new(path: str | Path, *, append: bool = False, flag: str | None = None)
     return os.fdopen(open_regular_fd(path, append=append, flag=flag), "a" if append else "w", encoding="utf-8")
 
 
+def check_regular_target(path: str | Path, flag: str | None = None, why: str = "quantrack reads it back") -> Path:
+    """Refuse, before any work, a path quantrack will write and read back (an engine log) that is a symbolic link
+    or exists and is not a regular file: one line, exit 2. :func:`open_regular_fd` checks again when it opens."""
+    p = refuse_link(path, flag)
+    kind = special_target(p, flag)
+    if kind is not None:
+        where = f"{flag} {p}" if flag else str(p)
+        raise BadInput(f"{where} is a {kind}: it must be a regular file ({why})")
+    return p
+
+
 def open_regular_fd(path: str | Path, *, append: bool = False, flag: str | None = None,
                     why: str = "quantrack reads it back") -> int:
     """A file descriptor for writing a file quantrack later reads (records to resume, an engine's log to parse):
     never through a symbolic link (``O_NOFOLLOW``: also one planted after the check), and only a regular file —
     a device or FIFO at the path is refused with one line, exit 2 (reading a FIFO back would block)."""
-    p = refuse_link(path, flag)
-    kind = special_target(p, flag)
+    p = check_regular_target(path, flag, why)
     where = f"{flag} {p}" if flag else str(p)
-    if kind is not None:
-        raise BadInput(f"{where} is a {kind}: it must be a regular file ({why})")
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(p, flags | os.O_NONBLOCK, 0o666)  # O_NONBLOCK: a FIFO swapped in after the check never blocks
