@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from quantrack.errors import BadInput
-from quantrack.redact import redact_text, register_secret, url_passwords
+from quantrack.redact import redact_text, register_secret, uri_secrets
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 
@@ -28,7 +28,7 @@ def resolve_uri(uri: str | None = None, *, create: bool = True) -> str:
     An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed).
     ``create=False`` (the read-only commands): a ``sqlite:///`` store's folder is not created."""
     chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-    register_secret(*url_passwords(chosen))
+    register_secret(*uri_secrets(chosen))  # passwords, TOKEN@host, ?token= (issue #43)
     shown = redact_text(chosen)
     scheme = chosen.split("://", 1)[0].split("+", 1)[0].lower() if "://" in chosen else ""
     if chosen.split(":", 1)[0] in ("databricks", "databricks-uc", "uc") and "://" not in chosen:
