@@ -291,6 +291,11 @@ def _study(data: dict[str, Any], source: str) -> Study:
     check_name(top["name"], "name")  # the study's work folder and exported files are named by it
     tracking = data.get("tracking")
     exp = tracking.get("experiment") if isinstance(tracking, dict) else None
+    uri = tracking.get("uri") if isinstance(tracking, dict) else None
+    if isinstance(uri, str) and uri.strip():  # an unknown scheme is refused at load (preflight), not at `run`'s end
+        from quantrack.store.uri import resolve_uri
+
+        resolve_uri(uri, create=False, what="[tracking] uri")
     if isinstance(exp, str) and len(exp) > MAX_EXPERIMENT:  # an experiment name is not a file: length only
         raise BadInput(f"[tracking] experiment: {len(exp)} characters ({exp[:24]!r}…); at most {MAX_EXPERIMENT}")
     sections: dict[str, Any] = {}
