@@ -110,9 +110,67 @@ def forget_secrets() -> None:
     _REGISTERED.clear()
 
 
+# query parameters whose value is a credential besides the secret-looking names (S3/GCS/Azure presigned URLs)
+_QUERY_SECRET_NAMES = frozenset({"sig", "signature", "auth", "credential", "code", "x-amz-signature",
+                                 "x-amz-credential", "x-goog-signature", "x-goog-credential", "sv", "se"})
+# a query parameter: name (maybe %-encoded) = value, up to the next & ; # or space / quote
+_QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.~%\-]{1,128})=([^&;#\s'\"]*)")
+# http(s)://USER@host with no password: a token used as the user name (the by-value scrub catches it elsewhere)
+_URL_USER_ONLY = re.compile(r"(?i)(?<![a-z0-9+.\-])(https?://)([^\s:/@'\"?#]+)(:?)@")
+
+
+def is_secret_query_name(name: str) -> bool:
+    """``token``, ``access_token``, ``key``, ``api-key``, ``X-Amz-Signature``, ``%74oken`` (URL-encoded) ..."""
+    from urllib.parse import unquote_plus
+
+    n = unquote_plus(name).strip()
+    return is_secret_name(n) or n.lower() in _QUERY_SECRET_NAMES or n.lower() in ("key", "apikey", "access_key")
+
+
+def uri_secrets(uri: str) -> list[str]:
+    """Every credential inside a URI: the password of ``user:password@``, the user of ``TOKEN@host`` (no
+    password: the token is the user name), and the values of secret-named query parameters; each also
+    URL-decoded (``tok%2Ben`` is ``tok+en`` on the wire)."""
+    from urllib.parse import unquote, unquote_plus
+
+    found: list[str] = list(url_passwords(uri))
+    head = re.match(r"(?i)^[a-z][a-z0-9+.\-]*://([^/?#\s]*)@", uri)
+    if head:
+        userinfo = head.group(1)
+        user, _sep, password = userinfo.partition(":")
+        if not password:  # TOKEN@host or TOKEN:@host
+            found.append(user)
+        else:
+            found.append(password)
+    for m in _QUERY_PARAM.finditer(uri):
+        if is_secret_query_name(m.group(2)) and m.group(3):
+            found.append(m.group(3))
+    out: list[str] = []
+    for v in found:
+        for form in (v, unquote(v), unquote_plus(v)):
+            if form and form != REDACTED and form not in out:
+                out.append(form)
+    return out
+
+
 def strip_credentials(url: str) -> str:
-    """``scheme://user:password@host/...`` -> ``scheme://host/...`` (what may be written down of a URI)."""
-    return re.sub(r"(?i)^([a-z][a-z0-9+.\-]*://)[^/\s]*@", r"\1", url)  # to the last @: a password may hold one
+    """``scheme://user:password@host/...?token=X&a=1`` -> ``scheme://host/...?a=1`` (what may be written down of
+    a URI): no user info at all (a token may be the user name), no secret-named query parameter."""
+    out = re.sub(r"(?i)^([a-z][a-z0-9+.\-]*://)[^/\s]*@", r"\1", url)  # to the last @: a password may hold one
+
+    def keep(m: re.Match[str]) -> str:
+        return "" if is_secret_query_name(m.group(2)) else m.group(0)
+
+    out = _QUERY_PARAM.sub(keep, out)
+    if "?" not in out and "&" in out:  # the first parameter went: the next one opens the query
+        out = re.sub(r"(^[^&#]*?)&", r"\1?", out, count=1)
+    return out
+
+
+def _hide_query_secret(m: re.Match[str]) -> str:
+    if is_secret_query_name(m.group(2)) and m.group(3) and m.group(3) != REDACTED:
+        return f"{m.group(1)}{m.group(2)}={REDACTED}"
+    return m.group(0)
 
 
 def url_passwords(text: str) -> list[str]:
@@ -143,6 +201,11 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     out = redact_values(text, secrets)
     for pattern, repl in _TEXT_PATTERNS:
         out = pattern.sub(repl, out)
+    if "=" in out:  # ?token=X, &access_token=X, ;key=X inside a URL (issue #43)
+        out = _QUERY_PARAM.sub(_hide_query_secret, out)
+    if "@" in out:  # http://TOKEN@host
+        out = _URL_USER_ONLY.sub(lambda m: m.group(0) if m.group(2) == REDACTED
+                                 else f"{m.group(1)}{REDACTED}{m.group(3)}@", out)
     return out
 
 
@@ -333,6 +396,7 @@ __all__ = [
     "secret_values",
     "strip_credentials",
     "study_env_secrets",
+    "uri_secrets",
     "url_passwords",
     "verbatim",
 ]

@@ -47,17 +47,18 @@ class Check:
     choices: Sequence[str] | None = None
     nonempty: bool = False  # strings: not empty or blank
     flag: str | None = None  # the command-line spelling, when it is not --<field-name>
+    why: str | None = None  # where a bound comes from, said with it (issue #43: a bound states its reason)
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | None = None,
             gt: float | None = None, le: float | None = None, choices: Iterable[str] | None = None,
-            nonempty: bool = False, flag: str | None = None, factory: Any = None) -> Any:
+            nonempty: bool = False, flag: str | None = None, factory: Any = None, why: str | None = None) -> Any:
     """A dataclass field with its rule: ``port: int = setting(0, "0 = a free port", ge=0, le=65535)``."""
     # a read-only Sequence is kept as given (a live view such as the engine registry's kinds); anything else is
     # copied into a tuple
     kept = None if choices is None else choices if isinstance(choices, Sequence) and not isinstance(
         choices, (list, str)) else tuple(choices)
-    check = Check(help=help, ge=ge, gt=gt, le=le, choices=kept, nonempty=nonempty, flag=flag)
+    check = Check(help=help, ge=ge, gt=gt, le=le, choices=kept, nonempty=nonempty, flag=flag, why=why)
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={_META: check})
     if default is dataclasses.MISSING:
@@ -172,6 +173,8 @@ def describe(kind: Kind, check: Check) -> str:
     if check.choices is not None:
         return "one of " + ", ".join(check.choices)
     rng = range_text(check, kind.item or kind.base)
+    if rng and check.why:
+        rng += f" ({check.why})"
     if kind.base == "list":
         assert kind.item is not None
         noun = "non-empty strings" if kind.item == "str" and check.nonempty else _PLURAL[kind.item]
@@ -328,6 +331,8 @@ def help_text(cls: type, name: str, text: str | None = None) -> str:
     """The field's help (or ``text``) followed by its range, for ``--help``: 'Requests per level. [integer ≥ 0]'."""
     kind, check, _ = fields_of(cls)[name]
     rng = range_text(check, kind.item or kind.base)
+    if rng and check.why:
+        rng += f" ({check.why})"
     what = {"int": "integer", "float": "number"}.get(kind.item or kind.base)
     tail = f" [{what} {rng}]" if rng and what else ""
     return ((check.help if text is None else text) + tail).strip()

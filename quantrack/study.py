@@ -45,6 +45,14 @@ from quantrack.engines.evaltools import VLLM_GSM8K
 from quantrack.errors import BadInput, did_you_mean
 from quantrack.settings import build, convert, setting, settings, shown
 
+# Bounds on sizes (issue #43): each follows from something, and is said with the refusal.
+MAX_IN_FLIGHT = 28_232  # one connection per request in flight: Linux's default ephemeral ports 32768-60999
+WHY_IN_FLIGHT = "one connection per request in flight: the default Linux ephemeral port range 32768-60999"
+MAX_REQUESTS_PER_LEVEL = 1_000_000  # quantrack.measure.latency.MAX_REQUESTS: prompts are built before sending
+MIN_RATE = 0.001  # requests/s: one request per 1000 s, past every request timeout here (at most 900 s)
+MAX_TP = 72  # GPUs of one NVLink domain, the largest a tensor-parallel group spans (GB200 NVL72)
+MAX_KL_TOKENS = 1_000_000  # scored positions: top-k log-probabilities of both sides are held per position
+
 SHIPPED_SHOTS = 5  # quantrack/data/gsm8k/fewshot.jsonl: the first five train examples (a study has no --data-dir)
 
 
@@ -77,7 +85,8 @@ class EngineSpec:
 @settings
 class GpuSpec:
     name: str = setting(default="auto", help="Catalog GPU name, or auto (NVML on the node).", nonempty=True, flag="--gpu")
-    count: int = setting(default=1, help="Tensor-parallel size (GPUs per server).", ge=1, flag="--tp")
+    count: int = setting(default=1, help="Tensor-parallel size (GPUs per server).", ge=1, le=MAX_TP, flag="--tp",
+                         why="the GPUs of one NVLink domain, GB200 NVL72")
     util: float = setting(default=DEFAULT_UTIL, help="vLLM --gpu-memory-utilization / SGLang --mem-fraction-static.", gt=0, le=1)
     cuda: str | None = setting(default=None, help="CUDA version the engine was built with, e.g. 12.4.", nonempty=True)
     overhead_gib: float = setting(default=0.0, help="GiB reserved beside the engine (other processes).", ge=0)
@@ -94,17 +103,22 @@ class LatencySpec:
 
 @settings
 class SweepSpec:
-    concurrency: tuple[int, ...] = setting(default=(), help="Concurrency levels, e.g. [1, 4, 16, 64].", ge=1)
-    requests_per_level: int = setting(default=0, help="Requests per level; 0 = 4 x level, at least 8.", ge=0, flag="--requests")
+    concurrency: tuple[int, ...] = setting(default=(), help="Concurrency levels, e.g. [1, 4, 16, 64].", ge=1,
+                                           le=MAX_IN_FLIGHT, why=WHY_IN_FLIGHT)
+    requests_per_level: int = setting(default=0, help="Requests per level; 0 = 4 x level, at least 8.", ge=0,
+                                      le=MAX_REQUESTS_PER_LEVEL, flag="--requests",
+                                      why="every prompt of a level is built before its first request")
     input_tokens: int | None = setting(default=None, help="Prompt length in tokens (default: [latency] input_tokens).", ge=1)
     output_tokens: int | None = setting(default=None, help="Output tokens per request (default: [latency] output_tokens).", ge=2)
     rates: tuple[float, ...] = setting(default=(), help="Open-loop request rates (requests/s), e.g. [0.5, 1, 2].",
-                                       gt=0, le=1e6, flag="--rate")
+                                       ge=MIN_RATE, le=1e6, flag="--rate",
+                                       why="slower than one request per 1000 s outlasts every request timeout")
     arrival: str = setting(default="poisson", help="How rate levels send: Poisson or evenly spaced arrivals.",
                            choices=("poisson", "constant"))
     seed: int = setting(default=0, help="Seed of the arrival schedule (the same seed sends on the same schedule).",
                         ge=0)
-    max_concurrency: int = setting(default=0, help="Most requests in flight at a rate level; 0 = no cap.", ge=0)
+    max_concurrency: int = setting(default=0, help="Most requests in flight at a rate level; 0 = no cap.", ge=0,
+                                   le=MAX_IN_FLIGHT, why=WHY_IN_FLIGHT)
     goodput: str | None = setting(default=None, help="Per-request SLOs in ms for goodput, e.g. 'ttft:500,tpot:50'.",
                                   nonempty=True)
     slo_search: str | None = setting(default=None, help="Find the highest level meeting an SLO such as "
@@ -138,7 +152,8 @@ class EvalSpec:
                          choices=STYLES)
     # [eval] kl = { tokens, top_k, arms, baseline_util, method }; tokens absent = no KL fidelity run
     kl_tokens: int = setting(default=0, help="Scored positions per arm (absent: no KL run; 0 is not a value).",
-                             ge=1, flag="--tokens")
+                             ge=1, le=MAX_KL_TOKENS, flag="--tokens",
+                             why="the top-k log-probabilities of both sides are held for every position")
     kl_top_k: int = setting(default=DEFAULT_TOP_K, help="Log-probabilities per position and side (vLLM allows at most 20).",
                             ge=1, le=MAX_TOP_K, flag="--top-k")
     kl_method: str = setting(default=KLMethod.TEACHER_FORCED.value,
@@ -177,7 +192,8 @@ class Study:
     gpu: GpuSpec
     arms: tuple[Arm, ...]
     context_len: int = setting(default=4096, help="Context length (--max-model-len / llama.cpp -c).", ge=1)
-    parallel: int = setting(default=1, help="llama.cpp slots (-np).", ge=1)
+    parallel: int = setting(default=1, help="llama.cpp slots (-np).", ge=1, le=MAX_IN_FLIGHT,
+                            why="a slot serves one request in flight: " + WHY_IN_FLIGHT)
     latency: LatencySpec = field(default_factory=LatencySpec)
     sweep: SweepSpec = field(default_factory=SweepSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
@@ -291,6 +307,11 @@ def _study(data: dict[str, Any], source: str) -> Study:
     check_name(top["name"], "name")  # the study's work folder and exported files are named by it
     tracking = data.get("tracking")
     exp = tracking.get("experiment") if isinstance(tracking, dict) else None
+    uri = tracking.get("uri") if isinstance(tracking, dict) else None
+    if isinstance(uri, str) and uri.strip():  # an unknown scheme is refused at load (preflight), not at `run`'s end
+        from quantrack.store.uri import resolve_uri
+
+        resolve_uri(uri, create=False, what="[tracking] uri")
     if isinstance(exp, str) and len(exp) > MAX_EXPERIMENT:  # an experiment name is not a file: length only
         raise BadInput(f"[tracking] experiment: {len(exp)} characters ({exp[:24]!r}…); at most {MAX_EXPERIMENT}")
     sections: dict[str, Any] = {}
@@ -324,6 +345,10 @@ def _study(data: dict[str, Any], source: str) -> Study:
         raise BadInput(f"[eval] num_shots: {SHIPPED_SHOTS} exemplars ship with quantrack, got {ev.num_shots} "
                        "(use `quantrack eval --data-dir` with a full GSM8K copy for more)")
     _check_sweep_load(sections["sweep"])
+    slots, ctx = top.get("parallel", 1), top.get("context_len", 4096)
+    if slots > ctx:  # llama.cpp gives each slot context_len / parallel tokens: fewer than one is no slot
+        raise BadInput(f"parallel = {slots:,}: more slots than context_len = {ctx:,} tokens (each slot gets "
+                       "context_len / parallel tokens; at most context_len)")
     return Study(
         name=top["name"].strip(), description=top.get("description", ""), model=model,
         engine=sections["engine"], gpu=sections["gpu"], arms=tuple(arms),

@@ -114,9 +114,13 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
 
     if not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
         raise BadInput(f"--temperature {temperature}: a number from 0 to 2 (0 = greedy, the GSM8K default)")
-    from quantrack.store.files import check_writable
+    from quantrack.store.files import check_writable, special_target
 
     check_writable(output, "--output")
+    kind = special_target(output, "--output")
+    if kind is not None:  # before any request: the records are resumed and get a .meta.json beside them
+        raise BadInput(f"--output {output} is a {kind}: the records file must be a regular file (it is resumed "
+                       "and its settings are written beside it)")
     result = run_gsm8k(base_url, num_questions=num_questions, num_shots=num_shots, max_tokens=max_tokens,
                        concurrency=concurrency, seed=seed, temperature=temperature, style=style,
                        fewshot_sampler=fewshot_sampler, fewshot_seed=fewshot_seed, records_path=output, resume=resume,

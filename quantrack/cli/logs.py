@@ -129,7 +129,7 @@ def _shape(opts: dict[str, Any]) -> Any:
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=None,
               help="vLLM: tokens the profile run used (V0 without chunked prefill: max_model_len). "
                    "Default: vLLM V1's default for the GPU.")
-@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
+@click.option("--max-num-seqs", type=click.IntRange(min=1, max=2**31 - 1), default=None,  # the engine's C int
               help="vLLM: max_num_seqs the engine ran with (V0 default 256). Default: V1's default for the GPU.")
 @click.option("--sized-before-failure", is_flag=True, default=False,
               help="Compare a start that failed after the engine sized its KV cache (a max model length the cache "

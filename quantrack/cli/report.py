@@ -73,6 +73,12 @@ def report(experiment: str, slos: tuple[str, ...], max_accuracy_drop: str | None
     if out and not target.parent.is_dir():
         raise BadInput(f"--out {str(target)!r}: no such directory {str(target.parent)!r}")
     rep = decision_report(experiment, flags, uri=uri, study=study_file, baseline=baseline, gpu=gpu)
+    if log_to_run:
+        from quantrack.store.files import special_target
+
+        kind = special_target(target, "--out")
+        if kind is not None:
+            raise BadInput(f"--log-to-run logs the written page as a file: --out {target} is a {kind}; give a file")
     run_id = _log_target(log_to_run, experiment, uri) if log_to_run else None  # checked before writing
 
     from quantrack.report.page import log_report, write_report

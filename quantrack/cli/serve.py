@@ -31,7 +31,10 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
     from quantrack.engines.lifecycle import server_for_arm, server_for_study
     from quantrack.errors import BadInput
     from quantrack.redact import redact_argv, secret_values
+    from quantrack.store.files import check_regular_target
 
+    if log_path is not None:  # before anything is resolved or started: never a link, never a device (issue #43)
+        check_regular_target(log_path, "--log", "the engine's log is parsed")
     if study_file:
         from quantrack.study import load_study
 
@@ -44,6 +47,7 @@ def serve(study_file: str | None, arm_name: str, engine: str | None, model: str 
             raise BadInput("without STUDY.toml, --engine and --model are required")
         srv = server_for_arm(engine, model, _arm(engine, arm_name), host=host, port=port, context_len=context_len,
                              util=util, tp=tp, parallel=parallel, log_path=log_path, startup_timeout=timeout)
+    srv.log_flag = "--log" if log_path is not None else None
     shown = " ".join(redact_argv(srv.argv, secret_values(srv.env)))
     warning = exposure_warning(srv.host, srv.argv)
     if warning:

@@ -123,6 +123,7 @@ class ManagedServer:
             os.close(fd)
             log_path = tmp
         self.log_path = Path(log_path)
+        self.log_flag: str | None = None  # what messages call the log path (serve: --log)
         self.proc: subprocess.Popen[bytes] | None = None
 
     # -- construction from an adapter ------------------------------------------------------------
@@ -179,7 +180,11 @@ class ManagedServer:
         env = {k: v for k in list(os.environ) if (v := os.environ.get(k)) is not None}
         env.update({**self.env, "PYTHONUNBUFFERED": "1"})
         self._check_executable(env)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child; closed right after Popen
+        from quantrack.store.files import open_regular_fd
+
+        # never through a link (O_NOFOLLOW: also one planted after any check) and only into a regular file,
+        # which is tailed and parsed afterwards (issue #43)
+        log = open_regular_fd(self.log_path, append=True, flag=self.log_flag, why="the engine's log is parsed")
         try:
             self.proc = subprocess.Popen(
                 self.popen_argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -190,7 +195,7 @@ class ManagedServer:
         except PermissionError as exc:
             raise EngineError(f"cannot start {self.name}: {self.argv[0]!r} is not executable") from exc
         finally:
-            log.close()
+            os.close(log)
         _LIVE.add(self)
         if wait:
             try:

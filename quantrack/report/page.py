@@ -19,7 +19,7 @@ from quantrack.report.judge import V_CANNOT, V_CLEAR, V_MISSES, ArmDecision, Ver
 from quantrack.report.labelled import Figure
 from quantrack.report.recommend import Section
 from quantrack.run.schema import Tag
-from quantrack.store.files import refuse_link, write_atomic
+from quantrack.store.files import refuse_link, special_target, write_atomic
 
 FORMATS = ("html", "md")
 _CSS = """
@@ -282,6 +282,12 @@ def write_report(rep: DecisionReport, out: str | Path, fmt: str = "html", flag: 
     returns every file written. ``flag``: what the messages call the path (None: the path alone)."""
     if fmt not in FORMATS:
         raise BadInput(f"unknown --format {fmt!r}; formats: {', '.join(FORMATS)}")
+    kind = special_target(out, flag)  # a device or FIFO is written through, never replaced (issue #43)
+    if kind is not None:
+        if fmt != "html":
+            raise BadInput(f"{flag or '--out'} {out} is a {kind}: the Markdown page's PNGs are written beside it as "
+                           "files; write --format html there (it holds its figures) or give a file name")
+        return [write_atomic(out, to_html(rep), flag=flag)]
     path = refuse_link(out, flag)
     if path.exists() and path.is_dir():
         raise BadInput(f"--out {str(path)!r} is a directory: give a file name")

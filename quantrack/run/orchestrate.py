@@ -291,6 +291,17 @@ def _keep_eval(out: ArmOutcome, partial: tuple[EvalResult, Path]) -> None:
 
 # --- the study ---------------------------------------------------------------------------------------------
 
+def _check_engine_logs(workdir: Path, study: Study) -> None:
+    """Before any engine starts: an engine log path of the work dir (``ARM-server.log``,
+    ``ARM-kl-baseline-server.log``) that is a link or not a regular file is refused, one line, exit 2; one planted
+    later is refused when it is opened (``O_NOFOLLOW``) and fails that arm (issue #43)."""
+    from quantrack.store.files import check_regular_target
+
+    for arm in study.arms:
+        for name in (f"{arm.name}-server.log", f"{arm.name}-kl-baseline-server.log"):
+            check_regular_target(workdir / name, None, "the engine's log is parsed")
+
+
 def _workdir(study: Study, opts: RunOptions) -> Path:
     if opts.workdir is not None:
         d = Path(opts.workdir)
@@ -395,6 +406,7 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     for n in names:  # an unknown --arm is exit 2 before any model is fetched or verified
         study.arm(n)
     workdir = _workdir(study, opts)  # likewise a work dir that cannot be made
+    _check_engine_logs(workdir, study)
     refs = {a.name: a.model for a in study.arms if a.model}
     study, resolved = _resolve_models(study, say)
     arms = [study.arm(n) for n in names] if names else list(study.arms)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO
@@ -41,6 +42,11 @@ def check_writable(path: str | Path | None, flag: str) -> None:
         return
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    kind = special_target(p, flag)
+    if kind is not None:  # written through: its folder (/dev) need not be writable, the target must be
+        if kind not in ("stdout", "stderr") and not os.access(p, os.W_OK):
+            raise BadInput(f"{flag} {p}: the {kind} is not writable")
+        return
     if p.is_dir():
         raise BadInput(f"{flag} {p}: is a folder, not a file")
     if not parent.is_dir():
@@ -49,13 +55,91 @@ def check_writable(path: str | Path | None, flag: str) -> None:
         raise BadInput(f"{flag} {p}: the folder {parent} is not writable")
 
 
+# --- what is at the path: a regular file is replaced whole, a device or FIFO is written through (issue #43) ---
+
+_STD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def special_target(path: str | Path, flag: str | None = None) -> str | None:
+    """What ``path`` is when it exists and is not a regular file: "character device", "FIFO" or "stdout"/"stderr"
+    (written through, never renamed over); None for a regular file or nothing (the atomic write applies).
+
+    A block device, a socket or a folder is refused with one line (exit 2). A link is followed only to a
+    character device or FIFO and ``/dev/stdout`` / ``/dev/stderr`` (what ``--out /dev/stdout`` users mean); a
+    link to anything else is refused (quantrack never writes through a link to a file)."""
+    p = Path(path)
+    where = f"{flag} {p}" if flag else str(p)
+    if str(p) in _STD_STREAMS:
+        return p.name
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise os_refusal(exc, p, flag) from None
+    linked = stat.S_ISLNK(st.st_mode)
+    if linked:
+        try:
+            followed: os.stat_result | None = os.stat(p)
+        except OSError:
+            followed = None  # a dangling link
+        if followed is None or not (stat.S_ISCHR(followed.st_mode) or stat.S_ISFIFO(followed.st_mode)):
+            raise BadInput(f"{where} is a symbolic link (to {os.readlink(p)}): give the file itself; quantrack "
+                           "never writes through a link")
+        st = followed
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISCHR(st.st_mode):
+        return "character device"
+    if stat.S_ISFIFO(st.st_mode):
+        return "FIFO"
+    what = ("a folder" if stat.S_ISDIR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+    raise BadInput(f"{where} is {what}: quantrack writes a regular file (replaced whole), or through a "
+                   "character device or FIFO")
+
+
+def write_through(path: str | Path, raw: bytes, kind: str, flag: str | None = None) -> None:
+    """Write ``raw`` into an existing character device, FIFO or standard stream (never created, truncated or
+    replaced). A FIFO nobody reads is refused at once instead of blocking; any write error is one line, exit 2
+    (the target is the user's choice: ``/dev/full`` is "no space left", not a fault of this machine)."""
+    p = Path(path)
+    where = f"{flag} {p}" if flag else str(p)
+    try:
+        if kind in ("stdout", "stderr"):
+            fd = os.dup(_STD_STREAMS[str(p)])
+        else:
+            nonblock = os.O_NONBLOCK if kind == "FIFO" else 0
+            fd = os.open(p, os.O_WRONLY | nonblock | getattr(os, "O_NOCTTY", 0))
+            if nonblock:
+                os.set_blocking(fd, True)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and kind == "FIFO":
+            raise BadInput(f"cannot write {where}: a FIFO that nobody reads (start its reader first)") from None
+        raise BadInput(f"cannot write {where} ({kind}): {exc.strerror or exc}") from None
+    try:
+        view = memoryview(raw)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError as exc:
+        raise BadInput(f"cannot write {where} ({kind}): {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: str | Path, text: str, *, flag: str | None = None, mode: int | None = None,
                       errors: str = "strict") -> Path:
     """Write ``text`` to ``path`` whole or not at all: temp file beside it, fsync, rename.
 
     A full disk leaves the old file (or none), never a truncated one, and raises one line naming the path.
-    ``mode`` sets the file's permissions (0o600 for the spool)."""
+    ``mode`` sets the file's permissions (0o600 for the spool). A character device or FIFO at ``path`` is
+    written through, never replaced (:func:`special_target`)."""
     target = Path(path)
+    kind = special_target(target, flag)
+    if kind is not None:
+        write_through(target, text.encode("utf-8", errors=errors), kind, flag)
+        return target
     tmp: Path | None = None
     try:
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -95,13 +179,19 @@ def refuse_link(path: str | Path, flag: str | None = None) -> Path:
 
 def write_atomic(path: str | Path, data: str | bytes, *, flag: str | None = None, mode: int | None = None) -> Path:
     """Write ``data`` to ``path`` whole or not at all (temp file beside it, fsync, rename). A link at ``path``
-    is refused; ``mode`` sets the permissions (default: the umask's)."""
+    is refused (but one to a device or FIFO, :func:`special_target`); ``mode`` sets the permissions (default:
+    the umask's). A character device or FIFO at ``path`` is written through, never replaced."""
+    target = Path(path)
+    kind = special_target(target, flag)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if kind is not None:
+        write_through(target, raw, kind, flag)
+        return target
     target = refuse_link(path, flag)
     tmp: Path | None = None
     try:
         fd, name = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
         tmp = Path(name)
-        raw = data.encode("utf-8") if isinstance(data, str) else data
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
             fh.flush()
@@ -124,10 +214,34 @@ def write_atomic(path: str | Path, data: str | bytes, *, flag: str | None = None
 
 def open_new(path: str | Path, *, append: bool = False, flag: str | None = None) -> IO[str]:
     """Open ``path`` for text writing (truncate, or append) without following a symbolic link at it."""
+    return os.fdopen(open_regular_fd(path, append=append, flag=flag), "a" if append else "w", encoding="utf-8")
+
+
+def check_regular_target(path: str | Path, flag: str | None = None, why: str = "quantrack reads it back") -> Path:
+    """Refuse, before any work, a path quantrack will write and read back (an engine log) that is a symbolic link
+    or exists and is not a regular file: one line, exit 2. :func:`open_regular_fd` checks again when it opens."""
     p = refuse_link(path, flag)
+    kind = special_target(p, flag)
+    if kind is not None:
+        where = f"{flag} {p}" if flag else str(p)
+        raise BadInput(f"{where} is a {kind}: it must be a regular file ({why})")
+    return p
+
+
+def open_regular_fd(path: str | Path, *, append: bool = False, flag: str | None = None,
+                    why: str = "quantrack reads it back") -> int:
+    """A file descriptor for writing a file quantrack later reads (records to resume, an engine's log to parse):
+    never through a symbolic link (``O_NOFOLLOW``: also one planted after the check), and only a regular file —
+    a device or FIFO at the path is refused with one line, exit 2 (reading a FIFO back would block)."""
+    p = check_regular_target(path, flag, why)
+    where = f"{flag} {p}" if flag else str(p)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(p, flags, 0o666)
+        fd = os.open(p, flags | os.O_NONBLOCK, 0o666)  # O_NONBLOCK: a FIFO swapped in after the check never blocks
     except OSError as exc:
         raise os_refusal(exc, p, flag) from None
-    return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"{where} is not a regular file ({why})")
+    os.set_blocking(fd, True)
+    return fd

@@ -398,8 +398,28 @@ def spool_record(record: RunRecord, target_uri: str, reason: str) -> Path:
     return d
 
 
+def read_spool_json(path: Path) -> dict[str, Any]:
+    """A spooled JSON file, or one line saying it is cut short / not a spool file (never the parser's
+    exception): a disk that filled or a machine that died mid-write leaves a truncated file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TrackingError(f"{path} is not text (not a spool file?): inspect and delete it") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not text.strip():
+            raise TrackingError(f"{path} is empty (its write was interrupted): inspect and delete it") from None
+        cut = exc.pos >= len(text.rstrip()) - 1 or "Unterminated" in exc.msg or "control character" in exc.msg
+        what = "is cut short (truncated: its write was interrupted)" if cut else "is not valid JSON"
+        raise TrackingError(f"{path} {what} at line {exc.lineno} column {exc.colno}: inspect and delete it") from None
+    if not isinstance(data, dict):
+        raise TrackingError(f"{path} holds a JSON {type(data).__name__}, not a spool entry: inspect and delete it")
+    return data
+
+
 def _load_spooled(d: Path) -> tuple[RunRecord, dict[str, Any]]:
-    data = json.loads((d / "record.json").read_text(encoding="utf-8"))
+    data = read_spool_json(d / "record.json")
     rec = RunRecord(
         experiment=data["experiment"], run_name=data["run_name"], params=data["params"],
         metrics=[MetricPoint(**m) for m in data["metrics"]], tags=data["tags"], status=data["status"],
@@ -443,7 +463,7 @@ def _update_spooled_status(run_uuid: str, status: str, end_ms: int) -> bool:
     f = d / "record.json"
     if not f.is_file():
         return False
-    data = json.loads(f.read_text(encoding="utf-8"))
+    data = read_spool_json(f)
     data["status"], data["end_ms"] = status, end_ms
     atomic_write_text(f, json.dumps(data, indent=1, sort_keys=True), mode=_PRIVATE_FILE)
     return True
@@ -537,27 +557,33 @@ def _apply_ops(uri: str | None, result: SyncResult, clients: dict[str, Any], say
     if not ops.is_dir():
         return
     for p in sorted(ops.glob("*-terminate.json")):
-        op = json.loads(p.read_text(encoding="utf-8"))
-        target = resolve_uri(uri or op["target_uri"])
+        try:
+            op = read_spool_json(p)
+            op_uuid, target_uri = str(op["uuid"]), str(op["target_uri"])
+        except (OSError, TrackingError, KeyError) as exc:
+            why = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+            result.failed.append((p.name.removesuffix("-terminate.json"), f"unreadable spool entry: {why}"))
+            continue
+        target = resolve_uri(uri or target_uri)
         if not server_reachable(target):
-            result.failed.append((op["uuid"], f"tracking server {target} unreachable"))
+            result.failed.append((op_uuid, f"tracking server {target} unreachable"))
             continue
         try:
             with quick_http():
                 client = clients.setdefault(target, _client(target))
                 exp_id = experiment_id(client, op["experiment"], target)
                 assert exp_id is not None
-                run = find_run_by_uuid(client, exp_id, op["uuid"])
+                run = find_run_by_uuid(client, exp_id, op_uuid)
                 if run is None:
-                    result.failed.append((op["uuid"], "run to terminate not found on the server"))
+                    result.failed.append((op_uuid, "run to terminate not found on the server"))
                     continue
                 if run.info.status == "RUNNING":
                     with contextlib.redirect_stdout(_redacted_stderr()):
                         client.set_terminated(run.info.run_id, op["status"], end_time=op["end_ms"])
-                result.terminated.append(op["uuid"])
+                result.terminated.append(op_uuid)
                 say(f"set {run.info.run_id} {op['status']}")
         except Exception as exc:  # noqa: BLE001
-            result.failed.append((op["uuid"], f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+            result.failed.append((op_uuid, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
             continue
         p.unlink()
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from quantrack.errors import BadInput
-from quantrack.redact import redact_text, register_secret, url_passwords
+from quantrack.redact import redact_text, register_secret, uri_secrets
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 
@@ -22,24 +22,25 @@ DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 URI_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks", "databricks-uc", "uc")
 
 
-def resolve_uri(uri: str | None = None, *, create: bool = True) -> str:
+def resolve_uri(uri: str | None = None, *, create: bool = True, what: str = "--tracking-uri") -> str:
     """--tracking-uri, else $MLFLOW_TRACKING_URI, else the local SQLite store under ./mlruns.
 
     An unknown scheme is one line, exit 2; a password in the URI is remembered as a secret (never printed).
-    ``create=False`` (the read-only commands): a ``sqlite:///`` store's folder is not created."""
+    ``create=False`` (the read-only commands): a ``sqlite:///`` store's folder is not created. ``what``: what
+    the messages call the value (``[tracking] uri`` for a study file)."""
     chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-    register_secret(*url_passwords(chosen))
+    register_secret(*uri_secrets(chosen))  # passwords, TOKEN@host, ?token= (issue #43)
     shown = redact_text(chosen)
     scheme = chosen.split("://", 1)[0].split("+", 1)[0].lower() if "://" in chosen else ""
     if chosen.split(":", 1)[0] in ("databricks", "databricks-uc", "uc") and "://" not in chosen:
         return chosen  # "databricks" / "databricks:profile": mlflow's own forms
     if "://" not in chosen and not chosen.startswith("file:"):
-        raise BadInput(f"--tracking-uri {shown!r} is not a URI: use sqlite:///path/mlflow.db or "
+        raise BadInput(f"{what} {shown!r} is not a URI: use sqlite:///path/mlflow.db or "
                        "http://host:port (an mlflow server)")
     if chosen.startswith("file:"):
         scheme = "file"
     if scheme not in URI_SCHEMES:
-        raise BadInput(f"--tracking-uri {shown!r}: unknown scheme {scheme!r}; schemes: {', '.join(URI_SCHEMES)}")
+        raise BadInput(f"{what} {shown!r}: unknown scheme {scheme!r}; schemes: {', '.join(URI_SCHEMES)}")
     if scheme in ("http", "https"):
         import httpx
 
@@ -48,13 +49,13 @@ def resolve_uri(uri: str | None = None, *, create: bool = True) -> str:
         except (httpx.InvalidURL, ValueError, TypeError):
             host = ""
         if not host:
-            raise BadInput(f"--tracking-uri {shown!r} has no host: use http://host:port")
+            raise BadInput(f"{what} {shown!r} has no host: use http://host:port")
     if chosen.startswith("sqlite:///") and create:
         db = Path(chosen[len("sqlite:///"):])
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise BadInput(f"--tracking-uri {shown!r}: cannot create {db.parent}: {exc.strerror}") from None
+            raise BadInput(f"{what} {shown!r}: cannot create {db.parent}: {exc.strerror}") from None
     return chosen
 
 

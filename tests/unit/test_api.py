@@ -87,7 +87,7 @@ def test_plan_frame_is_quantrack_plan(capsys: pytest.CaptureFixture[str]) -> Non
     printed = json.loads(capsys.readouterr().out)
     assert df.to_dict("records") == printed
     assert df.attrs["title"].startswith("Capacity plan for Llama-3-8B: derived, not measured")
-    with pytest.raises(BadInput, match=r"^tp: expected an integer ≥ 1, got 0$"):
+    with pytest.raises(BadInput, match=r"^tp: expected an integer in 1..72 \(the GPUs of one NVLink domain, GB200 NVL72\), got 0$"):
         api.plan("Llama-3-8B", gpu="H100", tp=0)
     with pytest.raises(BadInput, match="give gpu= .* or vram="):
         api.plan("Llama-3-8B")

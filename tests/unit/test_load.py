@@ -235,7 +235,7 @@ def test_sweep_render_warns_on_ramp_and_drain_and_shows_the_search() -> None:
 @pytest.mark.parametrize("args, msg", [
     (["--goodput", "tft:5"], "--goodput 'tft:5': expected KEY:MS with KEY one of ttft, tpot, e2el (did you mean 'ttft'?)"),
     (["--slo-search", "tpot_p95<=5"], "--slo-search 'tpot_p95<=5': the limit must be a positive number with a unit"),
-    (["--rate", "0"], "--rate: expected a list of numbers in (0, 1000000], got [0.0]"),
+    (["--rate", "0"], "--rate: expected a list of numbers in [0.001, 1000000] (slower than one request per 1000 s outlasts every request timeout), got [0.0]"),
     (["--arrival", "gamma"], "--arrival"),
     (["--rate", "1", "--concurrency", "2", "--slo-search", "tpot_p95<=5ms"], "--slo-search bisects one kind of level"),
 ])

@@ -89,7 +89,7 @@ def test_config_source(capsys: pytest.CaptureFixture[str]) -> None:
     (["--params", "8e9", "--vram", "24"], "--params needs --layers, --kv-heads, --head-dim"),
     (["--model", "Llama-3-8B", "--vram", "24", "--util", "0"], "--util: expected a finite number in (0, 1], got 0"),
     (["--model", "Llama-3-8B", "--vram", "24", "--util", "1.5"], "--util: expected a finite number in (0, 1], got 1.5"),
-    (["--model", "Llama-3-8B", "--vram", "24", "--tp", "0"], "--tp: expected an integer ≥ 1, got 0"),
+    (["--model", "Llama-3-8B", "--vram", "24", "--tp", "0"], "--tp: expected an integer in 1..72 (the GPUs of one NVLink domain, GB200 NVL72), got 0"),
     (["--model", "Llama-3-8B", "--vram", "24", "--gpu", "H100"], "give --vram or --gpu, not both"),
     (["--model", "Llama-3-8B", *SEED, "--vram", "24"], "give one model source, not --model and --params ..."),
     (["--model", "Llama-3-8B"], "no memory: give --vram (24, 24GiB, 16GB) or --gpu NAME"),

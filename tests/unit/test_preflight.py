@@ -96,7 +96,7 @@ def test_rejected_arm_gets_no_launch_command(capsys):
 @pytest.mark.parametrize("args, message", [
     (["--gpu", "H10", "--arm", "fp8"], "quantrack: error: unknown GPU 'H10' (did you mean 'H100-SXM'?); see `quantrack catalog gpus`"),
     (["--gpu", "H100", "--arm", "fp8", "--engine", "vlm"], "quantrack: error: --engine: expected one of vllm, sglang, llamacpp, got \"vlm\" (did you mean 'vllm'?)"),
-        (["--gpu", "H100", "--arm", "fp8", "--tp", "0"], "quantrack: error: --tp: expected an integer ≥ 1, got 0"),
+        (["--gpu", "H100", "--arm", "fp8", "--tp", "0"], "quantrack: error: --tp: expected an integer in 1..72 (the GPUs of one NVLink domain, GB200 NVL72), got 0"),
         (["--gpu", "H100", "--arm", "fp8", "--util", "nan"], "quantrack: error: --util: expected a finite number in (0, 1], got nan"),
         (["--gpu", "H100", "--arm", "fp8", "--context-len", "0"], "quantrack: error: --context-len: expected an integer ≥ 1, got 0"),
     (["--gpu", "H100", "--arm", "fp9"], "quantrack: error: unknown arm 'fp9' (did you mean 'fp8'?)"),

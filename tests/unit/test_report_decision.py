@@ -508,6 +508,52 @@ def test_outputs_that_are_links_are_refused_never_written_through(report, tmp_pa
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_report_out_device_or_fifo_is_written_through_never_replaced(report, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue #43: `report --out /dev/full` left the page where the device was. A character device or FIFO is
+    written through; a full device is one line (exit 2); Markdown (PNGs beside it) is refused there."""
+    import os
+    import stat
+    import threading
+
+    null, full = tmp_path / "null", tmp_path / "full"
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except OSError:
+        null, full = Path("/dev/null"), Path("/dev/full")
+    assert write_report(report, null, "html") == [null]
+    assert stat.S_ISCHR(os.lstat(null).st_mode)
+    with pytest.raises(BadInput, match=rf"^cannot write --out {re.escape(str(full))} \(character device\): No space"):
+        write_report(report, full, "html")
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
+    with pytest.raises(BadInput, match="Markdown page's PNGs are written beside it"):
+        write_report(report, null, "md")
+    pipe = tmp_path / "page.fifo"
+    os.mkfifo(pipe)
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    got: list[bytes] = []
+
+    def read() -> None:
+        while True:  # until the writer has written and closed (EOF after data)
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                got.append(chunk)
+            elif got:
+                return
+            else:
+                threading.Event().wait(0.01)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    write_report(report, pipe, "html")
+    reader.join(timeout=10)
+    os.close(fd)
+    assert b"".join(got).startswith(b"<!doctype html>") or b"<html" in b"".join(got)
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full", "null", "page.fifo"] or null == Path("/dev/null")
+
+
 def test_markdown_escapes_names_and_log_lines(report, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Issue #30: names and engine log lines passed into the Markdown page as raw HTML and markup (the HTML page
     escaped them). An arm named like an HTML tag and a log line with markup read as text."""
