@@ -51,8 +51,9 @@ def parallel_from_report(report: LogReport) -> dict[str, dict[str, Any]]:
         else:
             seen = ex.get(f"{dim}_size_seen")
             if isinstance(seen, int) and seen > 0:
-                out[dim] = {"size": seen, "source": f"{dim.upper()} ranks in the log's process prefixes "
-                                                    f"(highest rank + 1: at least {seen})"}
+                # a rank id is not the size: the highest rank + 1 is a lower bound (an excerpt may lack higher ranks)
+                out[dim] = {"size": seen, "bound": "lower", "source": f"{dim.upper()} ranks in the log's process "
+                                                                      f"prefixes (highest rank + 1: at least {seen})"}
     if "tp" not in out and isinstance(ex.get("world_size"), int):
         pp = out.get("pp", {}).get("size", 1)
         dp = out.get("dp", {}).get("size", 1)
@@ -141,6 +142,16 @@ def _check_flags(adapter: EngineAdapter, report: LogReport, **flags: int | None)
         raise BadInput(f"--slots is llama.cpp's -np; this is a {report.engine} log")
 
 
+_BOUND = "lower bound: "
+
+
+def _no_bounds(sizes: dict[str, int], basis: dict[str, str]) -> None:
+    for dim, why in basis.items():
+        if why.startswith(_BOUND):
+            raise BadInput(f"{dim} unknown: the log states no {dim} size, only {why.removeprefix(_BOUND)}; a lower "
+                           f"bound is not the size: pass --{dim}")
+
+
 def _layout(report: LogReport, adapter: EngineAdapter, flags: dict[str, int | None]
             ) -> tuple[dict[str, int], dict[str, str]]:
     """TP/PP/DP sizes from the flags or the log (disagreeing is BadInput), each with its basis."""
@@ -156,6 +167,10 @@ def _layout(report: LogReport, adapter: EngineAdapter, flags: dict[str, int | No
             raise BadInput(f"--{dim} {flag}, but the log shows ranks up to {logged['size'] - 1} ({logged['source']})")
         if flag is not None:
             sizes[dim], layout_basis[dim] = flag, f"--{dim}"
+        elif logged is not None and logged.get("bound") == "lower" and dim != "pp" and logged["size"] > 1:
+            # ranks up to N-1 prove N or more ranks, not N: a bound is never used as the value (refused by
+            # _no_bounds once the layout checks ran; pp > 1 is refused whatever its value)
+            sizes[dim], layout_basis[dim] = int(logged["size"]), f"{_BOUND}{logged['source']}"
         elif logged is not None:
             sizes[dim], layout_basis[dim] = int(logged["size"]), logged["source"]
         else:
@@ -324,6 +339,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     why_not = _unmodelled(report, shape, sizes["dp"])
     if why_not:
         raise BadInput(f"cannot reconcile {Path(path).name}: {why_not}")
+    _no_bounds(sizes, layout_basis)
     ctx = context_len or report.max_concurrency_context or report.extra.get("max_model_len") \
         or report.extra.get("context_len") or report.extra.get("n_ctx")
     catalog_gpu = get_gpu(gpu) if gpu else None

@@ -33,7 +33,7 @@ FATAL_KINDS: frozenset[str] = frozenset({
     "bf16_unsupported_error", "min_capability_error", "insufficient_free_memory", "unknown_quantization",
     "engine_core_failed",
     # SGLang
-    "kv_scale_load_error",
+    "kv_scale_load_error", "scheduler_init_failed",
     # llama.cpp
     "cuda_malloc_failed", "kv_cache_init_failed", "compute_buffer_alloc_failed", "context_creation_failed",
     "model_load_failed", "quantized_v_cache_needs_flash_attn", "unsupported_cache_type",

@@ -119,6 +119,10 @@ _NUM_BLOCKS_INFO = re.compile(r"num_gpu_blocks is: (\d+)")
 # weight, ... Current kv cache memory in use is 54.45 GiB."
 _MEM_SUMMARY = re.compile(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\) on startup\. Desired GPU memory "
                           r"utilization is \(([\d.]+), [\d.]+ GiB\)\. Actual usage is ([\d.]+) GiB for weight")
+# the refusal (2025-2026): "Free memory on device cuda:0 (1.53/22.05 GiB) on startup is less than desired GPU memory
+# utilization (0.9, 19.84 GiB)." (tests/data/wild3/vllm-33297-..., pytorch-175666-..., club3090-4-...)
+_FREE_LESS = re.compile(r"Free memory on device(?: [\w:]+)? \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired "
+                        r"GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)")
 _KV_IN_USE = re.compile(r"Current kv cache memory in use is (-?[\d.]+) GiB")
 _ENGINE_CORE = re.compile(r"\bEngineCore(?:_DP)?_?(\d+)\b")
 # "rank %d in world size %d is assigned as DP rank %d, PP rank %d, [PCP rank %d, ]TP rank %d, EP rank %d"
@@ -370,6 +374,13 @@ def _settings_lines(b: ReportBuilder, ln: Line) -> None:
 
 
 def _mem_summary(b: ReportBuilder, ln: Line) -> None:
+    m = _FREE_LESS.search(ln.text)
+    if m:
+        b.extra("free_memory_gib", parse_float(m.group(1)))
+        b.extra("total_gpu_memory_gib", parse_float(m.group(2)))
+        b.extra("gpu_memory_utilization", parse_float(m.group(3)))
+        b.extra("requested_memory_gib", parse_float(m.group(4)))
+        return
     m = _MEM_SUMMARY.search(ln.text)
     if m:
         b.extra("total_gpu_memory_gib", parse_float(m.group(2)))
