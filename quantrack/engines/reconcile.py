@@ -80,6 +80,10 @@ def _unmodelled(report: LogReport, shape: Any, dp: int) -> str | None:
     if ex.get("mamba_cache") or ex.get("kv_cells_swa") or ex.get("kv_cells_non_swa"):
         what = "a Mamba/linear-attention state cache" if ex.get("mamba_cache") else "a sliding-window (iSWA) KV cache"
         return f"the log shows {what}, which the capacity model does not cover"
+    if ex.get("kv_pools"):
+        pools = ", ".join(f"{p['kind']} {p['tokens']} tokens" for p in ex["kv_pools"])
+        return (f"the log shows hybrid KV pools ({pools}); the capacity model predicts one full-attention pool, so "
+                "it is not compared with either")
     if ex.get("mla_attn") or "kv_lora_rank" in str(ex.get("k_type", "")):
         return "the log shows an MLA cache (latent KV), which the capacity model does not cover"
     moe = any("expert" in u.lower() for u in getattr(shape, "unsupported", ())) or bool(
