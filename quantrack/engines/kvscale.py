@@ -126,20 +126,27 @@ def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, k
     if "e5m2" in kvq:
         return obs(ScaleSource.UNSCALED, "fp8_e5m2 KV: the engines load no scales for e5m2 and print no line for it")
     if engine == "vllm":
-        if q is None:
-            return obs(ScaleSource.UNSCALED, "FP8 KV with no quantization method (config banner quantization=None): "
-                                             "vLLM has no KV method to load scales into, so they are the default 1.0 "
-                                             "and it prints no scale line")
-        if not covers_load:
-            # the warning is printed once the weights are processed (after loading): a log cut before that point
-            # cannot show its absence
-            return obs(ScaleSource.UNKNOWN, f"quantization={q}, FP8 KV and no 'scaling factor 1.0' line, but the log "
-                                            "stops before the weights were loaded (no 'Model loading took' or later "
-                                            "figure), where that line would be printed: its absence proves nothing")
-        return obs(ScaleSource.CHECKPOINT, f"quantization={q} and no 'scaling factor 1.0' line in a log that reaches "
-                                           "past the weight loading: vLLM warns whenever both k and v scales are 1.0, "
-                                           "so the scales came from the checkpoint")
+        src, why = _vllm_silent(q, covers_load)
+        return obs(src, why)
     return obs(ScaleSource.UNKNOWN, f"quantized KV ({kv_dtype}) but no KV-scale line in the log")
+
+
+def _vllm_silent(q: str | None, covers_load: bool) -> tuple[ScaleSource, str]:
+    """FP8 KV on vLLM without any KV-scale line: what the silence means, given the quantization and whether the log
+    reaches past the weight loading (where vLLM prints its 'scaling factor 1.0' warning)."""
+    if q is None:
+        return ScaleSource.UNSCALED, ("FP8 KV with no quantization method (config banner quantization=None): vLLM has "
+                                      "no KV method to load scales into, so they are the default 1.0 and it prints no "
+                                      "scale line")
+    if not covers_load:
+        # the warning is printed once the weights are processed (after loading): a log cut before that point cannot
+        # show its absence
+        return ScaleSource.UNKNOWN, (f"quantization={q}, FP8 KV and no 'scaling factor 1.0' line, but the log stops "
+                                     "before the weights were loaded (no 'Model loading took' or later figure), "
+                                     "where that line would be printed: its absence proves nothing")
+    return ScaleSource.CHECKPOINT, (f"quantization={q} and no 'scaling factor 1.0' line in a log that reaches past "
+                                    "the weight loading: vLLM warns whenever both k and v scales are 1.0, so the "
+                                    "scales came from the checkpoint")
 
 
 def from_llamacpp(report: Any) -> KVScaleObservation | None:

@@ -125,10 +125,10 @@ def test_a_draft_models_weights_are_not_the_targets() -> None:
     # filled in from SGLang's format string "Load weight end. type=%s, dtype=%s, avail mem=%.2f GB, mem usage=%.2f GB."
     # (sglang@v0.5.23:python/sglang/srt/model_executor/model_runner.py:L1373-L1378); the draft's class is the
     # NextN module of a DeepSeek checkpoint (sglang/srt/models/deepseek_nextn.py: DeepseekV3ForCausalLMNextN)
-    lines = ["[2025-06-01 10:00:00 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
-             "avail mem=18.20 GB, mem usage=82.31 GB.",
-             "[2025-06-01 10:00:30 TP0] Load weight end. type=DeepseekV3ForCausalLMNextN, dtype=torch.bfloat16, "
-             "avail mem=16.10 GB, mem usage=2.10 GB."]
+    lines = [("[2025-06-01 10:00:00 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
+             "avail mem=18.20 GB, mem usage=82.31 GB."),
+             ("[2025-06-01 10:00:30 TP0] Load weight end. type=DeepseekV3ForCausalLMNextN, dtype=torch.bfloat16, "
+             "avail mem=16.10 GB, mem usage=2.10 GB.")]
     r = parse_sglang_log("\n".join(lines))
     assert r.weights_gib == 82.31 and r.extra["model_class"] == "DeepseekV3ForCausalLM"
     assert (r.extra["draft_model"], r.extra["draft_model_class"], r.extra["draft_weights_gib"]) == (
