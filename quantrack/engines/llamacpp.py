@@ -557,6 +557,10 @@ def _errors(b: ReportBuilder, ln: Line) -> None:
         if needle in t:
             b.error(kind, ln)
             return
+    if "GGML_ASSERT(" in t and t.rstrip().endswith("failed"):
+        # ggml_abort's "%s:%d: GGML_ASSERT(%s) failed": the process aborts; before the server listens, the start failed
+        b.error("ggml_assert_after_start" if b.report.extra.get("_listening") else "ggml_assert", ln)
+        return
     if "retrying without pipeline parallelism" in t:
         b.warning("alloc_retried_without_pp", ln)  # the allocation errors before it did not end the start
     elif "quantized V cache requires flash_attn" in t or "requires Flash Attention" in t:
@@ -616,6 +620,8 @@ RULES: list[RuleSpec] = [
     ("error", _errors),
     ("failed", _errors),
     ("retrying without pipeline parallelism", _errors, startup_only()),
+    ("GGML_ASSERT(", _errors),
+    ("server is listening on", lambda b, ln: b.extra("_listening", True)),  # "main: server is listening on http://..."
     ("Unsupported cache type", _errors, startup_only()),
     ("requires", _errors),
     (" E ", _errors),
@@ -638,6 +644,7 @@ def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | Fi
         r.max_concurrency = float(len(slot_ids))
         r.extra.setdefault("derived", {})["n_slots"] = "distinct slot ids in the per-slot lines"
     kv_cpu = r.extra.pop("_kv_cpu_line", None)
+    r.extra.pop("_listening", None)
     _resolve_kv(r)
     bufs_kv = r.extra.get("kv_buffers_mib") or {}
     if kv_cpu is not None and (any(d != "CPU" for d in bufs_kv) or r.extra.get("gpu_count")):

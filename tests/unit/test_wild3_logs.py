@@ -198,3 +198,45 @@ def test_sglang_sub_optimal_moe_lines_are_degraded_with_their_line() -> None:
     assert by["moe_config_other_triton_version"].line_no == 2 and "Fallback to triton version 3.2.0" in \
         by["moe_config_other_triton_version"].line
     assert by["moe_down_config_missing"].line_no == 1
+
+
+def test_no_kernel_for_the_layer_is_a_failed_start() -> None:
+    # filled in from vLLM's kernel chooser: raise ValueError("Failed to find a kernel that can implement the WNA16
+    # linear layer. Reasons: \n" + "\n".join(failure_reasons)), each reason " {kernel} cannot implement due to: {why}"
+    # (vllm/model_executor/kernels/linear/__init__.py, v0.24; the message as github.com/vllm-project/vllm/issues/23320
+    # names it)
+    from quantrack.engines.vllm import parse_vllm_log
+
+    lines = [("(EngineCore_0 pid=24294) ValueError: Failed to find a kernel that can implement the WNA16 linear layer. "
+             "Reasons: "),
+             ("(EngineCore_0 pid=24294)  MacheteLinearKernel cannot implement due to: Machete requires compute "
+             "capability of 90 (Hopper)")]
+    r = parse_vllm_log("\n".join(lines))
+    assert r.extra["startup_failed"] is True and r.extra["startup_failure"].startswith("no_kernel at line 1:")
+
+
+def test_a_ggml_assert_before_the_server_listens_is_a_failed_start() -> None:
+    # the CUDA out-of-memory lines of tests/data/wild3/llamacpp-20431-... (public), then an abort filled in from
+    # ggml_abort's "%s:%d: GGML_ASSERT(%s) failed" (ggml/src/ggml.c); after "server is listening" it is not a start
+    oom = (WILD / "llamacpp-20431-cuda0-alloc-failed.log").read_text().splitlines()[3:5]
+    abort = "/src/llama.cpp/ggml/src/ggml-backend.cpp:1675: GGML_ASSERT(buf != NULL && \"tensor buffer not set\") failed"
+    r = parse_llamacpp_log("\n".join([*oom, abort]))
+    assert {e.kind for e in r.errors} >= {"cuda_malloc_failed", "ggml_assert"} and r.extra["startup_failed"] is True
+    served = parse_llamacpp_log(f"main: server is listening on http://127.0.0.1:8080 - starting the main loop\n{abort}")
+    assert [e.kind for e in served.errors] == ["ggml_assert_after_start"] and not served.extra["startup_failed"]
+
+
+def test_figures_printed_in_kernel_and_scale_lines_are_read() -> None:
+    # filled in from vLLM's logger.info("Using %s for %s", kernel_type.__name__, self.__class__.__name__)
+    # (compressed_tensors_wNa16.py) and the KV-scale warning (quantization/kv_cache.py:L147-L152, vLLM 0.11+)
+    from quantrack.engines.vllm import parse_vllm_log
+
+    lines = [("(EngineCore pid=1) INFO 01-01 00:00:00 [compressed_tensors_wNa16.py:95] Using MarlinLinearKernel for "
+             "CompressedTensorsWNA16"),
+             ("(EngineCore pid=1) WARNING 01-01 00:00:05 [kv_cache.py:148] Using KV cache scaling factor 1.0 for "
+             "fp8_e4m3. If this is unintended, verify that k/v_scale scaling factors are properly set in the "
+             "checkpoint.")]
+    r = parse_vllm_log("\n".join(lines))
+    assert (r.linear_kernel, r.quantization, r.kv_cache_dtype) == ("MarlinLinearKernel", "compressed-tensors",
+                                                                    "fp8_e4m3")
+    assert r.extra["derived"]["quantization"] == "the scheme in the kernel line (CompressedTensorsWNA16)"
