@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 LOGS = REPO / "tests" / "data" / "public-logs"
+WILD3 = REPO / "tests" / "data" / "wild3"  # round three: expected figures in <name>.expect.json, written before parsing
 
 # (excerpt, reconcile arguments from its sidecar's "settings stated" / "model" lines)
 RECONCILE: list[tuple[str, list[str]]] = [
@@ -67,7 +68,10 @@ SIZED_BEFORE_FAILURE = ("vllm-10517-rtx3090-llama31-8b-29k.log", "vllm-13061-2x4
 # degraded-path kinds (quantrack.report.audit.DEGRADED_KINDS): kernel-choice lines that are not a fallback
 DEGRADED = ("kv_scale_uncalibrated", "q_scale_uncalibrated", "q_scale_missing", "moe_default_config",
             "w8a8_block_fp8_default_config", "custom_allreduce_disabled", "xformers_extensions_missing",
-            "flash_attn_auto_disabled", "alloc_retried_without_pp")
+            "flash_attn_auto_disabled", "alloc_retried_without_pp", "moe_down_config_missing",
+            "moe_config_other_triton_version")
+# CPU-placement kinds (quantrack.report.audit.CPU_PLACEMENT_KINDS): weights, layers or the KV cache left on the CPU
+CPU_PLACEMENT = ("partial_gpu_offload", "no_gpu_offload", "kv_cache_on_cpu", "tensors_overridden_to_cpu")
 
 
 def _got(report: object, key: str) -> object:
@@ -218,12 +222,83 @@ def reconcile_table() -> list[str]:
     return out
 
 
+def _wild3_got(r: object, key: str) -> object:
+    kinds = {e.kind for e in r.fallbacks} | {e.kind for e in r.warnings}  # type: ignore[attr-defined]
+    if key == "cpu_placement":
+        return sorted(kinds & set(CPU_PLACEMENT))
+    if key == "degraded":
+        return sorted(kinds & set(DEGRADED))
+    if key == "fallbacks":  # the fallbacks that are not a CPU placement (that is its own class)
+        return sorted({e.kind for e in r.fallbacks} - set(CPU_PLACEMENT))  # type: ignore[attr-defined]
+    if key == "tp_size_is":
+        from quantrack.engines.reconcile import parallel_from_report
+
+        tp = parallel_from_report(r).get("tp", {})  # type: ignore[arg-type]
+        return "lower bound" if tp.get("bound") == "lower" else ("value" if tp else None)
+    return _got(r, key)
+
+
+def wild3(totals: dict[str, int]) -> list[str]:
+    """Round three (tests/data/wild3/): per excerpt, the figures of its .expect.json read exactly, and the ones
+    given wrong (a value where the file states another, or none), with the classes the issue names."""
+    from quantrack.engines import parse_log_file
+
+    out = ["| excerpt | source | engine (auto) | figures read / stated | wrong |", "|---|---|---|---|---|"]
+    for key in ("w_files", "w_engines_ok", "w_figures_ok", "w_figures", "w_wrong", "w_failed", "w_failed_said",
+                "w_flag", "w_flag_ok", "w_clean_wrong"):
+        totals.setdefault(key, 0)
+    for p in sorted(WILD3.glob("*.log")):
+        want = json.loads((p.parent / f"{p.stem}.expect.json").read_text())
+        url = re.search(r"^# source: (\S+)", (p.parent / f"{p.name}.meta").read_text(), re.MULTILINE).group(1)  # type: ignore[union-attr]
+        totals["w_files"] += 1
+        try:
+            r = parse_log_file(p)
+        except Exception as exc:  # noqa: BLE001 - not read: every stated figure is missed
+            out.append(f"| `{p.name}` | {url} | error: {str(exc)[:60]} | 0 / {len(want)} | |")
+            totals["w_figures"] += len(want)
+            continue
+        ok, wrong = 0, []
+        for k, v in want.items():
+            have = _wild3_got(r, k)
+            norm = sorted(v) if isinstance(v, list) and all(isinstance(x, str) for x in v) else v
+            if k == "startup_failed" and v is None:
+                have = have or None
+            if have == norm:
+                ok += 1
+            elif k != "engine" and not (have in (None, [], {}) and norm not in (None, [], {})):
+                wrong.append(k)  # a value where the file states another (or states none)
+        totals["w_engines_ok"] += r.engine == want["engine"]
+        totals["w_figures_ok"] += ok
+        totals["w_figures"] += len(want)
+        totals["w_wrong"] += len(wrong)
+        if want.get("startup_failed") is True:
+            totals["w_failed"] += 1
+            totals["w_failed_said"] += bool(r.extra.get("startup_failed"))
+        for k in ("cpu_placement", "degraded"):
+            if want.get(k):
+                totals["w_flag"] += len(want[k])
+                totals["w_flag_ok"] += len(set(want[k]) & set(_wild3_got(r, k)))  # type: ignore[arg-type]
+        if want.get("cpu_placement") and not _wild3_got(r, "cpu_placement") and not r.fallbacks:
+            totals["w_clean_wrong"] += 1  # a CPU placement read as a clean node
+        out.append(f"| `{p.name}` | {url} | {r.engine} | {ok} / {len(want)} | {', '.join(wrong) or '-'} |")
+    return out
+
+
+def wild3_summary(t: dict[str, int]) -> str:
+    return (f"wild3 excerpts: {t['w_files']}; engine detected: {t['w_engines_ok']} / {t['w_files']}; figures read "
+            f"exactly: {t['w_figures_ok']} / {t['w_figures']}; silently wrong: {t['w_wrong']}; CPU-placement + "
+            f"degraded lines flagged: {t['w_flag_ok']} / {t['w_flag']}; CPU placements read as clean: "
+            f"{t['w_clean_wrong']}; failed starts said: {t['w_failed_said']} / {t['w_failed']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     totals: dict[str, int] = {}
     table1 = accuracy(totals)
     table2 = failed_runs(totals)
+    table4 = wild3(totals)
     if "--summary" in args:
+        print(wild3_summary(totals))
         print(f"excerpts: {totals['files']}; engine detected: {totals['engines_ok']} / {totals['files']}; figures read "
               f"exactly: {totals['figures_ok']} / {totals['figures']}; silently wrong: {totals['wrong']}; kernel-choice "
               f"lines flagged (fallback + degraded): {totals['kernel_ok']} / {totals['kernel']}; failed starts said: "
@@ -235,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table2))
     print()
     print("\n".join(reconcile_table()))
+    print()
+    print("\n".join(table4))
+    print(wild3_summary(totals))
     return 0
 
 

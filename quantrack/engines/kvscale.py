@@ -82,8 +82,10 @@ def _ev(kind: str, at: tuple[int, str]) -> dict[str, Any]:
 
 
 def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, kv_dtype: str | None,
-           quantization: str | None, engine: str | None) -> KVScaleObservation:
-    """The verdict from the lines found (pure; ``finish_report`` feeds it what the parser's pass collected)."""
+           quantization: str | None, engine: str | None, *, covers_load: bool = True) -> KVScaleObservation:
+    """The verdict from the lines found (pure; ``finish_report`` feeds it what the parser's pass collected).
+    ``covers_load``: the log reaches past the weight loading, where the scale warnings are printed (an absence of a
+    line is evidence only then)."""
     evidence = [_ev(k, v) for k, v in sorted(found.items(), key=lambda kv: kv[1][0])]
     if dropped:
         evidence.append(_ev("checkpoint_scale_not_loaded", dropped))
@@ -124,13 +126,27 @@ def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, k
     if "e5m2" in kvq:
         return obs(ScaleSource.UNSCALED, "fp8_e5m2 KV: the engines load no scales for e5m2 and print no line for it")
     if engine == "vllm":
-        if q is None:
-            return obs(ScaleSource.UNSCALED, "FP8 KV with no quantization method (config banner quantization=None): "
-                                             "vLLM has no KV method to load scales into, so they are the default 1.0 "
-                                             "and it prints no scale line")
-        return obs(ScaleSource.CHECKPOINT, f"quantization={q} and no 'scaling factor 1.0' line: vLLM warns whenever "
-                                           "both k and v scales are 1.0, so the scales came from the checkpoint")
+        src, why = _vllm_silent(q, covers_load)
+        return obs(src, why)
     return obs(ScaleSource.UNKNOWN, f"quantized KV ({kv_dtype}) but no KV-scale line in the log")
+
+
+def _vllm_silent(q: str | None, covers_load: bool) -> tuple[ScaleSource, str]:
+    """FP8 KV on vLLM without any KV-scale line: what the silence means, given the quantization and whether the log
+    reaches past the weight loading (where vLLM prints its 'scaling factor 1.0' warning)."""
+    if q is None:
+        return ScaleSource.UNSCALED, ("FP8 KV with no quantization method (config banner quantization=None): vLLM has "
+                                      "no KV method to load scales into, so they are the default 1.0 and it prints no "
+                                      "scale line")
+    if not covers_load:
+        # the warning is printed once the weights are processed (after loading): a log cut before that point cannot
+        # show its absence
+        return ScaleSource.UNKNOWN, (f"quantization={q}, FP8 KV and no 'scaling factor 1.0' line, but the log stops "
+                                     "before the weights were loaded (no 'Model loading took' or later figure), "
+                                     "where that line would be printed: its absence proves nothing")
+    return ScaleSource.CHECKPOINT, (f"quantization={q} and no 'scaling factor 1.0' line in a log that reaches past "
+                                    "the weight loading: vLLM warns whenever both k and v scales are 1.0, so the "
+                                    "scales came from the checkpoint")
 
 
 def from_llamacpp(report: Any) -> KVScaleObservation | None:
@@ -184,7 +200,9 @@ def finish_report(report: Any) -> None:
         stated = seen.pop("_dtype_line", None)
         m = (_KV_DTYPE_LINE.search(stated[1]) or _SGLANG_ALLOC.search(stated[1])) if stated else None
         kv = m.group(1) if m else report.kv_cache_dtype
-        obs = decide(seen, dropped, kv, report.quantization, report.engine)
+        covers = report.weights_gib is not None or report.available_kv_gib is not None or \
+            report.kv_cache_tokens is not None or report.extra.get("num_gpu_blocks") is not None
+        obs = decide(seen, dropped, kv, report.quantization, report.engine, covers_load=covers)
     else:
         obs = None
     report.kv_scales = obs.to_dict() if obs is not None else None

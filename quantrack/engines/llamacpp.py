@@ -194,6 +194,9 @@ MARKERS: tuple[Marker, ...] = (
            ("GGUF V", ".gguf")),
     Marker("llamacpp", "offloaded layers", r"offloaded \d+/\d+ layers to GPU", 4, "llama.cpp@0c1e57098:src/llama-model.cpp:L1924",
            ("layers to GPU",)),
+    Marker("llamacpp", "Ollama (runs llama.cpp)", r'\bsource=\w+\.go:\d+ msg=|msg="(?:offload to \w+|starting llama server)"|'
+           r"\bmsg=offload\b", 5, "tests/data/wild3/ollama-5913-rocm-offload-43of81.log",
+           ("source=", "msg=")),
     Marker("llamacpp", "llama.cpp prefix", r"(?:^|\] )\d+\.\d\d\.\d\d\d\.\d\d\d [DIWEN] (?=\w)", 2,
            "llamacpp-23652-slots-n-ctx.log, xllamacpp reference logs",
            (" I ", " W ", " E ", " D ", " N ")),
@@ -242,8 +245,12 @@ def _type_count(b: ReportBuilder, ln: Line) -> None:
 def _model_buf(b: ReportBuilder, ln: Line) -> None:
     m = _MODEL_BUF.search(ln.text)
     if m:
+        # with tensor overrides (-ot exps=CPU) one device prints several buffer lines: its weights are their sum
         bufs = b.report.extra.setdefault("model_buffers_mib", {})
-        bufs.setdefault(m.group(1), float(m.group(2)))
+        bufs[m.group(1)] = round(bufs.get(m.group(1), 0.0) + float(m.group(2)), 2)
+        if bufs[m.group(1)] != float(m.group(2)):
+            b.report.extra.setdefault("model_buffer_lines", {}).setdefault(m.group(1), 1)
+            b.report.extra["model_buffer_lines"][m.group(1)] += 1
         return
 
 
@@ -259,6 +266,43 @@ def _offload(b: ReportBuilder, ln: Line) -> None:
         b.fallback("no_gpu_offload", ln)
     elif n < total:
         b.fallback("partial_gpu_offload", ln)
+
+
+# Ollama's own (Go slog) lines, printed before it starts its llama.cpp runner (tests/data/wild3/ollama-5913-...):
+# 'msg="offload to rocm" layers.requested=-1 layers.model=81 layers.offload=43 ... memory.required.kv="640.0 MiB"
+# ... memory.weights.total="39.9 GiB"', and 'msg="starting llama server" cmd="... --ctx-size 2048 ..."'
+_OLLAMA_OFFLOAD = re.compile(r"\blayers\.model=(\d+) layers\.offload=(\d+)")
+_OLLAMA_MEM = re.compile(r'\bmemory\.(required\.kv|weights\.total)="([\d.]+) (MiB|GiB)"')
+_OLLAMA_CTX = re.compile(r'msg="starting llama server" cmd=".*?--ctx-size (\d+)')
+
+
+def _ollama(b: ReportBuilder, ln: Line) -> None:
+    t = ln.text
+    m = _OLLAMA_OFFLOAD.search(t)
+    if m and "offloaded_layers" not in b.report.extra:
+        total, n = int(m.group(1)), int(m.group(2))
+        b.extra("offloaded_layers", f"{n}/{total}")
+        b.extra("offloaded_layers_source", "Ollama's offload line (layers.offload / layers.model)")
+        if n == 0:
+            b.fallback("no_gpu_offload", ln)
+        elif n < total:
+            b.fallback("partial_gpu_offload", ln)
+    for key, val, unit in _OLLAMA_MEM.findall(t):
+        gib = float(val) / 1024 if unit == "MiB" else float(val)
+        b.extra("ollama_kv_gib" if key == "required.kv" else "ollama_weights_gib", round(gib, 4))
+    m = _OLLAMA_CTX.search(t)
+    if m:
+        b.extra("n_ctx", int(m.group(1)))
+
+
+def _override(b: ReportBuilder, ln: Line) -> None:
+    """``Tensor blk.41.ffn_gate_exps.weight ... buffer type overriden to CPU``: weights placed on the CPU by a
+    tensor override (-ot), whatever the offloaded-layers line says (tests/data/wild3/iklcpp-1532-...)."""
+    if ln.text.rstrip().endswith("overriden to CPU") or ln.text.rstrip().endswith("overridden to CPU"):
+        n = b.report.extra.get("tensors_overridden_to_cpu", 0) + 1
+        b.report.extra["tensors_overridden_to_cpu"] = n
+        if n == 1:
+            b.warning("tensors_overridden_to_cpu", ln)
 
 
 def _ctx(b: ReportBuilder, ln: Line) -> None:
@@ -336,6 +380,8 @@ def _kv(b: ReportBuilder, ln: Line) -> None:
     if m:  # one line per device and cache: iSWA prints a non-SWA and a SWA buffer for the same device
         bufs = b.report.extra.setdefault("kv_buffers_mib", {})
         bufs[m.group(1)] = round(bufs.get(m.group(1), 0.0) + float(m.group(2)), 2)
+        if m.group(1) == "CPU" and float(m.group(2)) > 0:
+            b.extra("_kv_cpu_line", ln)
         return
     m = _ISWA.search(t)
     if m:
@@ -511,6 +557,10 @@ def _errors(b: ReportBuilder, ln: Line) -> None:
         if needle in t:
             b.error(kind, ln)
             return
+    if "GGML_ASSERT(" in t and t.rstrip().endswith("failed"):
+        # ggml_abort's "%s:%d: GGML_ASSERT(%s) failed": the process aborts; before the server listens, the start failed
+        b.error("ggml_assert_after_start" if b.report.extra.get("_listening") else "ggml_assert", ln)
+        return
     if "retrying without pipeline parallelism" in t:
         b.warning("alloc_retried_without_pp", ln)  # the allocation errors before it did not end the start
     elif "quantized V cache requires flash_attn" in t or "requires Flash Attention" in t:
@@ -528,6 +578,8 @@ _KV_DONE = startup_only(2, "_kv_total_seen")
 # Fallback and degraded-mode lines: looked for in every log, whatever engine was detected.
 FALLBACK_RULES: list[RuleSpec] = [
     ("layers to GPU", _offload, startup_only(2, "offloaded_layers")),  # printed while the tensors load
+    ("layers.offload=", _ollama, startup_only(2, "offloaded_layers")),
+    ("buffer type overrid", _override, startup_only(2)),
     ("required fallback quantization", _fallback_q),
     # CPU fallbacks: ggml-cuda's "%s: failed to initialize CUDA: %s" (printed by ggml_cuda_init), and "warning: no
     # usable GPU found, --gpu-layers option will be ignored" as printed in llama.cpp's own CI logs (public code search)
@@ -554,6 +606,7 @@ RULES: list[RuleSpec] = [
     ("new slot", _slots, done_when("n_slots")),
     ("-> Slot ", _slots, done_when("n_slots")),
     ("setting n_parallel", _slots, startup_only()),
+    ('msg="starting llama server"', _ollama, startup_only()),
     ("quantrack-xllamacpp: xllamacpp ", _xllamacpp_version, startup_only()),
     ("build", _build, done_when("engine_version")),
     ("version: ", _build, done_when("engine_version")),
@@ -567,6 +620,8 @@ RULES: list[RuleSpec] = [
     ("error", _errors),
     ("failed", _errors),
     ("retrying without pipeline parallelism", _errors, startup_only()),
+    ("GGML_ASSERT(", _errors),
+    ("server is listening on", lambda b, ln: b.extra("_listening", True)),  # "main: server is listening on http://..."
     ("Unsupported cache type", _errors, startup_only()),
     ("requires", _errors),
     (" E ", _errors),
@@ -588,7 +643,14 @@ def parse_llamacpp_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | Fi
         r.extra["n_slots"] = len(slot_ids)
         r.max_concurrency = float(len(slot_ids))
         r.extra.setdefault("derived", {})["n_slots"] = "distinct slot ids in the per-slot lines"
+    kv_cpu = r.extra.pop("_kv_cpu_line", None)
+    r.extra.pop("_listening", None)
     _resolve_kv(r)
+    bufs_kv = r.extra.get("kv_buffers_mib") or {}
+    if kv_cpu is not None and (any(d != "CPU" for d in bufs_kv) or r.extra.get("gpu_count")):
+        # a GPU build (another device holds KV or a GPU was found) keeps KV cache in a CPU buffer: attention reads it
+        # from host memory
+        b.warning("kv_cache_on_cpu", kv_cpu)
     if r.kv_cache_tokens is None and "kv_mib" in r.extra and r.extra.get("n_ctx"):
         # builds without the "cells" line size the cache at n_ctx cells (llama.cpp of 2024)
         r.kv_cache_tokens = int(r.extra["n_ctx"])

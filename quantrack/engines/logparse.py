@@ -137,7 +137,14 @@ def iter_raw(source: Iterable[str] | Iterable[bytes] | str | bytes) -> Iterator[
             yield no, raw
 
 
+# ANSI colour codes, as bytes (ESC [ ... m) or as a thread shows them in caret notation (^[[0;36m): vLLM colours its
+# prefix (tests/data/wild3/vllm-33297-...), llama.cpp its level letters
+_ANSI = re.compile(r"(?:\x1b|\^\[)\[[0-9;]*m")
+
+
 def make_line(no: int, raw: str) -> Line:
+    if "[" in raw and ("\x1b[" in raw or "^[[" in raw):
+        raw = _ANSI.sub("", raw)
     text, level, rank = strip_prefix(raw)
     return Line(no, text, level, rank, raw)
 

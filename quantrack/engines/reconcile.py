@@ -51,8 +51,9 @@ def parallel_from_report(report: LogReport) -> dict[str, dict[str, Any]]:
         else:
             seen = ex.get(f"{dim}_size_seen")
             if isinstance(seen, int) and seen > 0:
-                out[dim] = {"size": seen, "source": f"{dim.upper()} ranks in the log's process prefixes "
-                                                    f"(highest rank + 1: at least {seen})"}
+                # a rank id is not the size: the highest rank + 1 is a lower bound (an excerpt may lack higher ranks)
+                out[dim] = {"size": seen, "bound": "lower", "source": f"{dim.upper()} ranks in the log's process "
+                                                                      f"prefixes (highest rank + 1: at least {seen})"}
     if "tp" not in out and isinstance(ex.get("world_size"), int):
         pp = out.get("pp", {}).get("size", 1)
         dp = out.get("dp", {}).get("size", 1)
@@ -79,6 +80,10 @@ def _unmodelled(report: LogReport, shape: Any, dp: int) -> str | None:
     if ex.get("mamba_cache") or ex.get("kv_cells_swa") or ex.get("kv_cells_non_swa"):
         what = "a Mamba/linear-attention state cache" if ex.get("mamba_cache") else "a sliding-window (iSWA) KV cache"
         return f"the log shows {what}, which the capacity model does not cover"
+    if ex.get("kv_pools"):
+        pools = ", ".join(f"{p['kind']} {p['tokens']} tokens" for p in ex["kv_pools"])
+        return (f"the log shows hybrid KV pools ({pools}); the capacity model predicts one full-attention pool, so "
+                "it is not compared with either")
     if ex.get("mla_attn") or "kv_lora_rank" in str(ex.get("k_type", "")):
         return "the log shows an MLA cache (latent KV), which the capacity model does not cover"
     moe = any("expert" in u.lower() for u in getattr(shape, "unsupported", ())) or bool(
@@ -141,6 +146,16 @@ def _check_flags(adapter: EngineAdapter, report: LogReport, **flags: int | None)
         raise BadInput(f"--slots is llama.cpp's -np; this is a {report.engine} log")
 
 
+_BOUND = "lower bound: "
+
+
+def _no_bounds(sizes: dict[str, int], basis: dict[str, str]) -> None:
+    for dim, why in basis.items():
+        if why.startswith(_BOUND):
+            raise BadInput(f"{dim} unknown: the log states no {dim} size, only {why.removeprefix(_BOUND)}; a lower "
+                           f"bound is not the size: pass --{dim}")
+
+
 def _layout(report: LogReport, adapter: EngineAdapter, flags: dict[str, int | None]
             ) -> tuple[dict[str, int], dict[str, str]]:
     """TP/PP/DP sizes from the flags or the log (disagreeing is BadInput), each with its basis."""
@@ -156,6 +171,10 @@ def _layout(report: LogReport, adapter: EngineAdapter, flags: dict[str, int | No
             raise BadInput(f"--{dim} {flag}, but the log shows ranks up to {logged['size'] - 1} ({logged['source']})")
         if flag is not None:
             sizes[dim], layout_basis[dim] = flag, f"--{dim}"
+        elif logged is not None and logged.get("bound") == "lower" and dim != "pp" and logged["size"] > 1:
+            # ranks up to N-1 prove N or more ranks, not N: a bound is never used as the value (refused by
+            # _no_bounds once the layout checks ran; pp > 1 is refused whatever its value)
+            sizes[dim], layout_basis[dim] = int(logged["size"]), f"{_BOUND}{logged['source']}"
         elif logged is not None:
             sizes[dim], layout_basis[dim] = int(logged["size"]), logged["source"]
         else:
@@ -324,6 +343,7 @@ def reconcile(path: str | Path, model: Any, gpu: str | None = None, util: float 
     why_not = _unmodelled(report, shape, sizes["dp"])
     if why_not:
         raise BadInput(f"cannot reconcile {Path(path).name}: {why_not}")
+    _no_bounds(sizes, layout_basis)
     ctx = context_len or report.max_concurrency_context or report.extra.get("max_model_len") \
         or report.extra.get("context_len") or report.extra.get("n_ctx")
     catalog_gpu = get_gpu(gpu) if gpu else None

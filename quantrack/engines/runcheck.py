@@ -31,19 +31,19 @@ FATAL_KINDS: frozenset[str] = frozenset({
     # vLLM
     "no_kv_memory", "negative_kv_budget", "kv_cache_too_small", "max_model_len_exceeds_kv", "oom",
     "bf16_unsupported_error", "min_capability_error", "insufficient_free_memory", "unknown_quantization",
-    "engine_core_failed",
+    "engine_core_failed", "no_kernel",
     # SGLang
-    "kv_scale_load_error",
+    "kv_scale_load_error", "scheduler_init_failed",
     # llama.cpp
     "cuda_malloc_failed", "kv_cache_init_failed", "compute_buffer_alloc_failed", "context_creation_failed",
-    "model_load_failed", "quantized_v_cache_needs_flash_attn", "unsupported_cache_type",
+    "model_load_failed", "quantized_v_cache_needs_flash_attn", "unsupported_cache_type", "ggml_assert",
 })
 # where in the start each failure happens: checks made before the weights load (the GPU, the dtype, the method, free
 # memory), and the KV sizing / allocation made after them (vLLM's profile run and KV check, llama.cpp's context);
 # the rest (an OOM without its phase, an engine core that died, a bare cudaMalloc failure) can be either
 BEFORE_LOAD_KINDS: frozenset[str] = frozenset({
     "bf16_unsupported_error", "min_capability_error", "insufficient_free_memory", "unknown_quantization",
-    "model_load_failed", "quantized_v_cache_needs_flash_attn", "unsupported_cache_type"})
+    "no_kernel", "model_load_failed", "quantized_v_cache_needs_flash_attn", "unsupported_cache_type"})
 AFTER_LOAD_KINDS: frozenset[str] = frozenset({
     "no_kv_memory", "negative_kv_budget", "kv_cache_too_small", "max_model_len_exceeds_kv", "kv_cache_init_failed",
     "compute_buffer_alloc_failed", "context_creation_failed", "kv_scale_load_error"})

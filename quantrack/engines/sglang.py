@@ -77,6 +77,11 @@ _KV_ALLOC = re.compile(r"KV Cache is allocated\.(?: dtype: ([\w.]+),)? #tokens: 
 # "max_total_num_tokens=%d, chunked_prefill_size=..., max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
 #   .../managers/scheduler.py:L1269-L1275
 _MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
+# a hybrid (sliding-window + full attention) model: two pools, "Use sliding window memory pool. full_layer_tokens=%d,
+# swa_layer_tokens=%d" (tests/data/wild3/sglang-18039-...): the capacity is the full pool's, not the window's
+_SWA_POOL = re.compile(r"Use sliding window memory pool\. full_layer_tokens=(\d+), swa_layer_tokens=(\d+)")
+# a draft model's load line names its class: "...ForCausalLMNextN" (DeepSeek MTP), "...Eagle"/"...Eagle3", "...MTP"
+_DRAFT_CLASS = re.compile(r"(?:NextN|Eagle3?|MTP)$")
 _KV_FIELDS = {k: re.compile(rf"\b{k}=([\w.]+)") for k in
               ("max_running_requests", "context_len", "chunked_prefill_size", "max_prefill_tokens",
                "available_gpu_mem")}
@@ -173,6 +178,13 @@ def _server_args(b: ReportBuilder, ln: Line) -> None:
 
 def _load_end(b: ReportBuilder, ln: Line) -> None:
     m = _LOAD_END.search(ln.text)
+    if m and _DRAFT_CLASS.search(m.group(1)):
+        # the speculative draft (NextN/MTP or EAGLE) loads after the target: its weights are not the model's
+        b.extra("draft_model", True)
+        b.extra("draft_model_class", m.group(1))
+        if m.group(5) and not m.group(5).startswith("-"):
+            b.extra("draft_weights_gib", parse_float(m.group(5)))
+        return
     if m:
         b.extra("model_class", m.group(1))
         if m.group(2):
@@ -204,10 +216,19 @@ def _load_begin(b: ReportBuilder, ln: Line) -> None:
         begins.setdefault(ln.rank or "", parse_float(m.group(1)))
 
 
+def _swa_pool(b: ReportBuilder, ln: Line) -> None:
+    m = _SWA_POOL.search(ln.text)
+    if m and "_swa_pool" not in b.report.extra:
+        b.extra("_swa_pool", (int(m.group(1)), int(m.group(2)), ln.no))
+
+
 def _kv_alloc(b: ReportBuilder, ln: Line) -> None:
     m = _KV_ALLOC.search(ln.text)
     if not m:
         return
+    gib = round(float(m.group(3)) + float(m.group(4)), 2) if m.group(3) else (float(m.group(5)) if m.group(5) else None)
+    allocs = b.report.extra.setdefault("_kv_allocs", {})
+    allocs.setdefault(int(m.group(2)), gib)  # one line per pool (ranks repeat them)
     if m.group(1):
         b.set("kv_cache_dtype", torch_dtype_short(m.group(1)))
     b.set("kv_cache_tokens", int(m.group(2)))
@@ -342,10 +363,17 @@ def _min_cap(b: ReportBuilder, ln: Line) -> None:
 
 
 def _untuned_config(b: ReportBuilder, ln: Line) -> None:
-    if "Using default W8A8 Block FP8 kernel config" in ln.text:
+    t = ln.text
+    if "Using default W8A8 Block FP8 kernel config" in t:
         b.warning("w8a8_block_fp8_default_config", ln)
-    elif "Using default MoE config. Performance might be sub-optimal" in ln.text:
-        b.warning("moe_default_config", ln)
+    elif "Using default MoE config. Performance might be sub-optimal" in t or "Using default MoE kernel config" in t:
+        b.warning("moe_default_config", ln)  # "MoE kernel config": SGLang of 2025-12 (wild3/sglang-15464-...)
+    elif "down_moe=False. Performance might be sub-optimal" in t:
+        # no tuned config for the down projection: it runs the untuned one (wild3/sglang-19003-..., -15464-...)
+        b.warning("moe_down_config_missing", ln)
+    elif "Fallback to triton version" in t and "Performance might be sub-optimal" in t:
+        # a config tuned under another Triton version is used (wild3/sglang-19003-...)
+        b.warning("moe_config_other_triton_version", ln)
 
 
 def _bf16_fp16(b: ReportBuilder, ln: Line) -> None:
@@ -375,7 +403,7 @@ FALLBACK_RULES: list[RuleSpec] = [
     ("Use float16 due to lack of bfloat16 support", _bf16_fp16),
     ("Using FP8 KV cache but no scaling factors provided", _simple("kv_scale_uncalibrated", "warnings"), startup_only()),
     # untuned Triton configs (degraded, the same text as vLLM's: tests/data/public-logs/sglang-5675-...)
-    ("Using default ", _untuned_config, startup_only(1)),
+    ("Performance might be sub-optimal", _untuned_config, startup_only(1)),
 ]
 
 RULES: list[RuleSpec] = [
@@ -388,7 +416,11 @@ RULES: list[RuleSpec] = [
     ("Scheduler hit an exception", _simple("error", "errors")),
     ("Load weight end.", _load_end, done_when("weights_gib")),
     ("Load weight begin.", _load_begin, done_when("weights_gib")),
-    ("KV Cache is allocated", _kv_alloc, done_when("available_kv_gib")),
+    ("KV Cache is allocated", _kv_alloc, startup_only(2)),
+    ("Use sliding window memory pool", _swa_pool, startup_only(2)),
+    ("self.draft_worker = ", lambda b, ln: b.extra("draft_model", True), startup_only()),
+    # a traceback through Scheduler.__init__: the scheduler was never built, the start failed
+    ("scheduler = Scheduler(", _simple("scheduler_init_failed", "errors"), startup_only()),
     ("max_total_num_tokens=", _max_total, done_when("context_len")),
     ("quantization: quantized", _online, startup_only(2, "online_quantized_layers")),
     ("graph end.", _graph_end, done_when("context_len")),  # graphs are captured before the summary line
@@ -438,6 +470,7 @@ def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | File
             r.weights_gib = round(begins[rank] - ends[rank], 2)
             r.extra.setdefault("derived", {})["weights_gib"] = (f"avail mem at 'Load weight begin' minus at 'Load "
                                                                f"weight end'{f' ({rank})' if rank else ''}")
+    _resolve_pools(r)
     layout = parallel_layout(r.extra)
     r.extra["parallel_layout"] = layout["layout"] if layout else None
     if layout:
@@ -452,6 +485,31 @@ def parse_sglang_log(lines: Iterable[str] | Iterable[bytes] | str | bytes | File
     report = b.finish()
     settle(report)
     return report
+
+
+def _resolve_pools(r: LogReport) -> None:
+    """The KV pools: one "KV Cache is allocated" line per pool. A hybrid model's sliding-window and full-attention
+    pools are reported as ``kv_pools`` (kind, tokens, GiB); the capacity is the full pool's tokens (the window pool
+    holds only the last window of each request); the pools' GiB are summed only when every pool's line is in the log."""
+    allocs: dict[int, float | None] = r.extra.pop("_kv_allocs", {})
+    swa = r.extra.pop("_swa_pool", None)
+    if swa is None:
+        return
+    full, window, _ = swa
+    for key in ("k_size_gib", "v_size_gib"):  # the first pool line's K/V sizes are one pool's, not the cache's
+        r.extra.pop(key, None)
+    pools = [{"kind": "full", "tokens": full, "gib": allocs.get(full)},
+             {"kind": "swa", "tokens": window, "gib": allocs.get(window)}]
+    r.extra["kv_pools"] = pools
+    r.kv_cache_tokens = full
+    r.extra.setdefault("derived", {})["kv_cache_tokens"] = "the full-attention pool's tokens (full_layer_tokens)"
+    if all(p["gib"] is not None for p in pools):
+        r.available_kv_gib = round(sum(float(p["gib"]) for p in pools), 2)  # type: ignore[arg-type]
+    else:
+        r.available_kv_gib = None
+        missing = ", ".join(p["kind"] for p in pools if p["gib"] is None)
+        r.extra["available_kv_gib_unknown"] = (f"hybrid KV pools: the 'KV Cache is allocated' line of the {missing} "
+                                               "pool is not in the log, so the KV memory of all pools is unknown")
 
 
 # --- live queries -------------------------------------------------------------------------------

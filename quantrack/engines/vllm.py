@@ -119,6 +119,10 @@ _NUM_BLOCKS_INFO = re.compile(r"num_gpu_blocks is: (\d+)")
 # weight, ... Current kv cache memory in use is 54.45 GiB."
 _MEM_SUMMARY = re.compile(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\) on startup\. Desired GPU memory "
                           r"utilization is \(([\d.]+), [\d.]+ GiB\)\. Actual usage is ([\d.]+) GiB for weight")
+# the refusal (2025-2026): "Free memory on device cuda:0 (1.53/22.05 GiB) on startup is less than desired GPU memory
+# utilization (0.9, 19.84 GiB)." (tests/data/wild3/vllm-33297-..., pytorch-175666-..., club3090-4-...)
+_FREE_LESS = re.compile(r"Free memory on device(?: [\w:]+)? \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired "
+                        r"GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)")
 _KV_IN_USE = re.compile(r"Current kv cache memory in use is (-?[\d.]+) GiB")
 _ENGINE_CORE = re.compile(r"\bEngineCore(?:_DP)?_?(\d+)\b")
 # "rank %d in world size %d is assigned as DP rank %d, PP rank %d, [PCP rank %d, ]TP rank %d, EP rank %d"
@@ -370,6 +374,13 @@ def _settings_lines(b: ReportBuilder, ln: Line) -> None:
 
 
 def _mem_summary(b: ReportBuilder, ln: Line) -> None:
+    m = _FREE_LESS.search(ln.text)
+    if m:
+        b.extra("free_memory_gib", parse_float(m.group(1)))
+        b.extra("total_gpu_memory_gib", parse_float(m.group(2)))
+        b.extra("gpu_memory_utilization", parse_float(m.group(3)))
+        b.extra("requested_memory_gib", parse_float(m.group(4)))
+        return
     m = _MEM_SUMMARY.search(ln.text)
     if m:
         b.extra("total_gpu_memory_gib", parse_float(m.group(2)))
@@ -454,12 +465,25 @@ def _graph(b: ReportBuilder, ln: Line) -> None:
         b.set("cuda_graph_gib", parse_float(m.group(1)))
 
 
+_SCALE_DTYPE = re.compile(r"Using KV cache scaling factor 1\.0 for (fp8\w*)")
+
+
+def _kv_scale_dtype(b: ReportBuilder, ln: Line) -> None:
+    m = _SCALE_DTYPE.search(ln.text)
+    if m:
+        b.set("kv_cache_dtype", m.group(1))
+
+
 def _kernel(b: ReportBuilder, ln: Line) -> None:
     m = _SELECTED.search(ln.text) or _USING_KERNEL.search(ln.text)
     if not m:
         return
     b.set("linear_kernel", m.group(1))
     b.extra("linear_method", m.group(2))
+    if m.group(2).startswith("CompressedTensors") and b.report.quantization is None:
+        # "Using MarlinLinearKernel for CompressedTensorsWNA16": the scheme class names the checkpoint's format
+        b.set("quantization", "compressed-tensors")
+        b.report.extra.setdefault("derived", {})["quantization"] = f"the scheme in the kernel line ({m.group(2)})"
     if m.group(1).startswith("MarlinFP8"):
         b.extra("_marlin_line", ln)
 
@@ -669,6 +693,7 @@ RULES: list[RuleSpec] = [
     (" for mixed-precision linear", _kernel, _LK),
     ("LinearMethod", _kernel, _LK),
     (" GEMM", _kernel, _LK),
+    (" for CompressedTensors", _kernel, _LK),  # "Using MarlinLinearKernel for CompressedTensorsWNA16"
     ("backend", _attention, done_when("attention_backend")),
     ("data type to store kv cache", _kv_dtype, startup_only()),
     ("Bfloat16 is only supported", _bf16_error, startup_only()),
@@ -685,6 +710,14 @@ RULES: list[RuleSpec] = [
     ("on startup is less than desired GPU memory utilization", _simple("insufficient_free_memory", "errors"),
      startup_only()),
     ("Unknown quantization method", _simple("unknown_quantization", "errors"), startup_only()),
+    # "Using KV cache scaling factor 1.0 for fp8_e4m3. ..." (quantization/kv_cache.py:L147-L152): names the KV dtype
+    ("Using KV cache scaling factor 1.0 for ", _kv_scale_dtype, done_when("kv_cache_dtype")),
+    # no linear kernel for the layer's quantization on this GPU: the model cannot be built ("Failed to find a kernel
+    # that can implement the WNA16 / ScaledMM / NVFP4 linear layer. Reasons: ..." raised by vLLM's kernel choosers,
+    # vllm/model_executor/kernels/linear/__init__.py of v0.24 as quoted in public code; the message as the title of
+    # github.com/vllm-project/vllm/issues/23320 quotes it); "no kernel can implement" as the issue reports it
+    ("a kernel that can implement the", _simple("no_kernel", "errors"), startup_only()),
+    ("no kernel can implement", _simple("no_kernel", "errors"), startup_only()),
     ("CUDA out of memory", _oom),
     # V1: "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` ..."
     # (github.com/vllm-project/vllm/issues/36861)

@@ -48,7 +48,12 @@ EXIT_UNKNOWN = 5
 # the one asked for (Marlin for FP8 W8A8, xformers for FlashAttention, weights left on the CPU).
 DEGRADED_KINDS = ("kv_scale_uncalibrated", "q_scale_uncalibrated", "q_scale_missing", "moe_default_config",
                   "w8a8_block_fp8_default_config", "custom_allreduce_disabled", "xformers_extensions_missing",
-                  "flash_attn_auto_disabled", "alloc_retried_without_pp")
+                  "flash_attn_auto_disabled", "alloc_retried_without_pp", "moe_down_config_missing",
+                  "moe_config_other_triton_version")
+# CPU placement: part of the model or its KV cache runs from host memory on a GPU node (layers not offloaded, expert
+# tensors overridden to the CPU, a KV cache in a CPU buffer): a class of its own beside fallback and degraded, and
+# the largest silent slowdown of all; it counts in the exit code like a fallback (4)
+CPU_PLACEMENT_KINDS = ("partial_gpu_offload", "no_gpu_offload", "tensors_overridden_to_cpu", "kv_cache_on_cpu")
 FAILED = "FAILED"
 NA = "n/a"
 NO_PROBE = "—"
@@ -90,6 +95,8 @@ class AuditRow:
     tpot_median_contention: bool = False  # the median it is compared against includes a contended TPOT
     kv_scales: str | None = None  # quantrack.engines.kvplan.ScaleSource value the engine's own lines showed
     kv_scale_evidence: str | None = None  # "file:line: text" (or the reason when the engine prints no line)
+    cpu_placement: str | None = None  # CPU-placement kinds (CPU_PLACEMENT_KINDS), the first line in its evidence
+    cpu_placement_evidence: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,12 +113,16 @@ class AuditReport:
         return [r for r in self.rows if r.fallback]
 
     @property
+    def on_cpu(self) -> list[AuditRow]:
+        return [r for r in self.rows if r.cpu_placement]
+
+    @property
     def unknown(self) -> list[AuditRow]:
-        return [r for r in self.rows if r.fallback is None]
+        return [r for r in self.rows if r.fallback is None and not r.cpu_placement]
 
     @property
     def exit_code(self) -> int:
-        return EXIT_FALLBACK if self.fell_back else EXIT_UNKNOWN if self.unknown else 0
+        return EXIT_FALLBACK if self.fell_back or self.on_cpu else EXIT_UNKNOWN if self.unknown else 0
 
 
 def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
@@ -207,7 +218,7 @@ def apply_probes(rows: list[AuditRow], probes: dict[str, dict[str, str | None]])
 def log_verdict(report: LogReport) -> tuple[bool | None, str | None]:
     """(fell back, why unknown) for one parsed log: True when any catalogue found a fallback line; False only when
     the log was read far enough to have printed one; None with the reason otherwise."""
-    if report.fallbacks:
+    if any(e.kind not in CPU_PLACEMENT_KINDS for e in report.fallbacks):
         return True, None
     if report.engine is None:
         det = report.detection or {}
@@ -252,7 +263,9 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
                                 fallback=None, fallback_kinds=None, evidence=None, capacity_error_pct=None,
                                 tpot_ms=None, unknown_reason=str(exc).removeprefix(f"{path}: ")))
             continue
-        fbs = list(rep.fallbacks)
+        fbs = [e for e in rep.fallbacks if e.kind not in CPU_PLACEMENT_KINDS]
+        placed = sorted((e for e in [*rep.fallbacks, *rep.warnings] if e.kind in CPU_PLACEMENT_KINDS),
+                        key=lambda e: e.line_no)
         evidence = f"{path.name}:{fbs[0].line_no}: {fbs[0].line.strip()}" if fbs else None
         fell, why = log_verdict(rep)
         degraded = [e for e in rep.warnings if e.kind in DEGRADED_KINDS]
@@ -271,6 +284,8 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
             status=FAILED if failure else None, failure=failure,
             kv_scales=_kv_scale_fields(path.name, rep.kv_scales)[0],
             kv_scale_evidence=_kv_scale_fields(path.name, rep.kv_scales)[1],
+            cpu_placement=",".join(sorted({e.kind for e in placed})) or None,
+            cpu_placement_evidence=f"{path.name}:{placed[0].line_no}: {placed[0].line.strip()}" if placed else None,
         ))
     return out
 
@@ -367,6 +382,8 @@ def _node_lines(report: AuditReport) -> list[str]:
     lines: list[str] = []
     for r in report.fell_back:
         lines.append(f"FALLBACK {r.node}: {r.evidence or 'no evidence line recorded'}")
+    for r in report.on_cpu:
+        lines.append(f"CPU-PLACEMENT {r.node}: {r.cpu_placement} ({r.cpu_placement_evidence or 'no line recorded'})")
     for r in report.unknown:
         lines.append(f"UNKNOWN {r.node}: {r.unknown_reason or 'not read'}")
     for r in report.rows:
@@ -392,6 +409,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
                            "fell_back": [r.node for r in report.fell_back],
                            "unknown": {r.node: r.unknown_reason for r in report.unknown},
                            "failed": {r.node: r.failure for r in report.rows if r.failure},
+                           "cpu_placement": {r.node: r.cpu_placement_evidence for r in report.on_cpu},
                            "exit_code": report.exit_code,
                            "warnings": report.warnings, "fp8_probes": report.probes,
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
@@ -409,6 +427,8 @@ def render(report: AuditReport, fmt: str = "table") -> str:
         fb = _cell(r.fallback) if r.fallback is not None else "UNKNOWN"
         if r.fallback and r.fallback_kinds:
             fb = f"YES ({r.fallback_kinds})"
+        if r.cpu_placement:
+            fb = ("" if r.fallback is None else fb + " ") + f"+cpu-placement ({r.cpu_placement})"
         if r.degraded:
             fb += f" +degraded ({r.degraded})"
         eng = f"{r.engine or NA} {r.engine_version or ''}".strip()
@@ -429,9 +449,11 @@ def render(report: AuditReport, fmt: str = "table") -> str:
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED) and not r.failure)
     n_unknown = len(report.unknown)
     lines.append(f"{len(report.fell_back)} of {len(report.rows)} node(s) fell back"
-                 + (" (exit 4)" if report.fell_back else "")
+                 + (f"; {len(report.on_cpu)} node(s) run part of the model or its KV cache on the CPU"
+                    if report.on_cpu else "")
+                 + (" (exit 4)" if report.fell_back or report.on_cpu else "")
                  + (f"; {n_unknown} node(s) unknown: not read far enough to say"
-                    + ("" if report.fell_back else " (exit 5)") if n_unknown else "")
+                    + ("" if report.fell_back or report.on_cpu else " (exit 5)") if n_unknown else "")
                  + (f"; {not_finished} run(s) not FINISHED, kept out of the medians" if not_finished else "")
                  + ". Cap. error and TPOT vs median (same GPU + engine + arm) are derived; TPOT, fallback and "
                    "FP8 probe are measured (— = no probe of that node).")
@@ -439,6 +461,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
 
 
 __all__ = [
+    "CPU_PLACEMENT_KINDS",
     "DEGRADED_KINDS",
     "EXIT_FALLBACK",
     "EXIT_UNKNOWN",

@@ -119,7 +119,14 @@ def test_vllm_silent_checkpoint_scales_and_dropped_names() -> None:
     banner = ("(EngineCore pid=2) INFO 12-01 10:00:01 [core.py:114] Initializing a V1 LLM engine (v0.25.0) with config: "
               "model='/m', dtype=torch.bfloat16, quantization=compressed-tensors, quantization_config=None, "
               "kv_cache_dtype=fp8, device_config=cuda")
+    # the banner alone: the log stops before the weights are processed, where the scale warning is printed, so the
+    # warning's absence proves nothing (issue 41: "absence taken as proof")
     o = scan_lines(lines(banner), "vllm")
+    assert o.source == ScaleSource.UNKNOWN and "its absence proves nothing" in o.reason
+    # past the weight loading ("Model loading took %.4f GiB and %.6f seconds", vLLM's gpu_model_runner.py load_model)
+    loaded = ("(EngineCore pid=2) INFO 12-01 10:00:05 [gpu_model_runner.py:1793] Model loading took 7.5083 GiB and "
+              "3.120000 seconds")
+    o = scan_lines(lines(banner, loaded), "vllm")
     assert o.source == ScaleSource.CHECKPOINT and "quantization=compressed-tensors" in o.reason
     # vllm@dd10e03f9:vllm/model_executor/model_loader/weight_utils.py:L1438-L1444
     dropped = ("(EngineCore pid=2) WARNING 12-01 10:00:02 [weight_utils.py:1438] Found k_scale in the checkpoint "

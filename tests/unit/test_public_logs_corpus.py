@@ -183,16 +183,26 @@ def test_audit_over_the_corpus_and_garbage(tmp_path: Path, capsys: pytest.Captur
     assert exc.value.code == 4
     data = json.loads(capsys.readouterr().out)
     by = {n["node"]: n for n in data["nodes"]}
-    want_fallback = {p.name for p in FILES if expected(p).get("fallbacks")}
-    assert set(data["fell_back"]) == want_fallback and len(want_fallback) == 12
+    # layers left on the CPU are their own class (CPU placement), not a fallback: 4 of the 12 excerpts with one
+    from quantrack.report.audit import CPU_PLACEMENT_KINDS
+
+    def kernel(p: Path) -> set[str]:
+        return set(expected(p).get("fallbacks", [])) - set(CPU_PLACEMENT_KINDS)
+
+    want_fallback = {p.name for p in FILES if kernel(p)}
+    want_cpu = {p.name for p in FILES if set(expected(p).get("fallbacks", [])) & set(CPU_PLACEMENT_KINDS)}
+    assert set(data["fell_back"]) == want_fallback and len(want_fallback) == 8
+    assert set(data["cpu_placement"]) == want_cpu and len(want_cpu) == 4
     for name in want_fallback:
-        assert by[name]["fallback_kinds"] == ",".join(sorted(set(expected(LOGS / name)["fallbacks"])))
+        assert by[name]["fallback_kinds"] == ",".join(sorted(kernel(LOGS / name)))
+    for name in want_cpu:
+        assert data["cpu_placement"][name].startswith(f"{name}:") and "layers to GPU" in data["cpu_placement"][name]
     assert data["unknown"]["zz-binary.log"] == "binary file, not a text log"
     assert data["unknown"]["zz-empty.log"] == "empty file, not a startup log"
     assert data["unknown"]["zz-nginx.log"].startswith("engine not recognised (no engine markers found")
     # "no" only where the log was read past weight loading, names its quantization and did not fail: of the
     # excerpts, two; the others stop before loading, name no quantization, or failed, so they are unknown, not clean
-    clean = sorted(n for n, r in by.items() if r["fallback"] is False)
+    clean = sorted(n for n, r in by.items() if r["fallback"] is False and not r["cpu_placement"])
     assert clean == ["vllm-2418-v02-banner-blocks.log", "vllm-club3090-295-tp2-autoround-fp8e5m2-kv.log"]
     assert by["vllm-49011-5090-nvfp4-banner.log"]["unknown_reason"].startswith("the log has no line printed once the "
                                                                                "weights are loaded")
@@ -221,7 +231,7 @@ def test_audit_over_the_corpus_and_garbage(tmp_path: Path, capsys: pytest.Captur
         line_no = int(by[name]["degraded_evidence"].split(":")[1])
         line = (LOGS / name).read_text().splitlines()[line_no - 1].strip()
         assert by[name]["degraded_evidence"] == f"{name}:{line_no}: {line}"
-    assert len(data["unknown"]) + len(clean) + len(want_fallback) == len(FILES) + 3
+    assert len(data["unknown"]) + len(clean) + len(want_fallback) + len(want_cpu) == len(FILES) + 3
     text_exc = None
     try:
         main(["audit", "--logs", str(tmp_path)])

@@ -276,7 +276,12 @@ def test_logs_parse_and_audit_never_disagree(tmp_path: Path) -> None:
         row = rows[p.name]
         assert (row.engine, row.engine_version, row.quantization, row.gpu) == (r.engine, r.engine_version,
                                                                             r.quantization, r.gpu)
-        assert row.fallback_kinds == (",".join(sorted({e.kind for e in r.fallbacks})) or None)
+        from quantrack.report.audit import CPU_PLACEMENT_KINDS
+
+        kernel = {e.kind for e in r.fallbacks} - set(CPU_PLACEMENT_KINDS)
+        placed = {e.kind for e in (*r.fallbacks, *r.warnings)} & set(CPU_PLACEMENT_KINDS)
+        assert row.fallback_kinds == (",".join(sorted(kernel)) or None)
+        assert row.cpu_placement == (",".join(sorted(placed)) or None)
         assert (row.status == "FAILED") == bool(r.extra.get("startup_failed"))
         assert row.failure == (r.extra.get("startup_failure") if r.extra.get("startup_failed") else None)
 
