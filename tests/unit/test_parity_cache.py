@@ -1,10 +1,13 @@
 """bench/parity_vllm_bench.py: each run's prefix-cache hit rate from the engine's /metrics, and the refusal to
 print a ratio when the two runs' hit rates differ (a cache would otherwise decide the verdict: issue 40).
 
-The /metrics texts are real: tests/data/metrics/vllm-0.10.0-production-stack-617-excerpt.txt (a vLLM 0.10.0 dump,
-provenance in that folder's README), tests/data/real/vllm-h200/metrics-bf16.txt (vLLM 0.25.0 on an H200) and
-tests/data/real/llamacpp-cpu/metrics-*.txt (xllamacpp). A counter's later value is that real text with the
-sample's value advanced: the line's format is the one vLLM printed (``name{labels} value``)."""
+Real /metrics text: tests/data/real/vllm-h200/metrics-bf16.txt (vLLM 0.25.0 on an H200, from the shared data; it
+holds the ``vllm:cache_config_info`` sample only) and tests/data/real/llamacpp-cpu/metrics-*.txt (xllamacpp). No
+real vLLM text with the prefix-cache counters is in the shared data, so their samples are filled in on top of the
+real vLLM text from the names vLLM declares (``Counter(name="vllm:prefix_cache_queries")`` and
+``"vllm:prefix_cache_hits"`` in ``vllm/v1/metrics/loggers.py``) in prometheus_client's text format, which appends
+``_total`` to a counter's name and exposes a ``_created`` sample beside it, with vLLM's ``engine`` and
+``model_name`` labels (as on the cache_config_info line)."""
 
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parents[1]
 BENCH = HERE.parent / "bench" / "parity_vllm_bench.py"
-VLLM_EXCERPT = HERE / "data" / "metrics" / "vllm-0.10.0-production-stack-617-excerpt.txt"
 REAL = HERE / "data" / "real"
-HITS_LINE = 'vllm:prefix_cache_hits_total{engine="0",model_name="zai-org/GLM-4.5"} '
+VLLM_REAL = REAL / "vllm-h200" / "metrics-bf16.txt"
+LABELS = '{engine="0",model_name="llama3-8b"}'
 
 
 def _bench() -> object:
@@ -31,28 +34,30 @@ def _bench() -> object:
 bench = _bench()
 
 
-def _advance(text: str, queries: float, hits: float | None) -> str:
-    """The real text with vllm:prefix_cache_queries_total set to ``queries`` and a hits sample (the format of the
-    dump's own counter lines) set to ``hits``."""
-    out = text.replace('model_name="zai-org/GLM-4.5"} 32.0', f'model_name="zai-org/GLM-4.5"}} {queries}')
-    return out + (f"{HITS_LINE}{hits}\n" if hits is not None else "")
+def _vllm_text(queries: float | None, hits: float | None) -> str:
+    """The real vLLM 0.25 text plus the prefix-cache counter samples (HELP/TYPE, _total, _created)."""
+    out = VLLM_REAL.read_text(encoding="utf-8")
+    for name, v, doc in (("queries", queries, "Prefix cache queries, in terms of number of queried tokens."),
+                         ("hits", hits, "Prefix cache hits, in terms of number of cached tokens.")):
+        if v is not None:
+            out += (f"# HELP vllm:prefix_cache_{name}_total {doc}\n# TYPE vllm:prefix_cache_{name}_total counter\n"
+                    f"vllm:prefix_cache_{name}_total{LABELS} {v}\n"
+                    f"vllm:prefix_cache_{name}_created{LABELS} 1.7537953269352946e+09\n")
+    return out
 
 
-def test_real_vllm_text_without_the_hits_counter_gives_unknown_never_zero() -> None:
-    text = VLLM_EXCERPT.read_text(encoding="utf-8")
-    c = bench.cache_counters(text, "vllm")  # type: ignore[attr-defined]
-    # the excerpt ends before vllm:prefix_cache_hits_total: the deprecated gpu_ counter is not taken for it
+def test_vllm_text_without_the_hits_counter_gives_unknown_never_zero() -> None:
+    c = bench.cache_counters(_vllm_text(32.0, None), "vllm")  # type: ignore[attr-defined]
     assert c == {"hits": None, "queries": None, "missing": "vllm:prefix_cache_hits_total"}
     r = bench.hit_rate(c, c)  # type: ignore[attr-defined]
     assert r["hit_rate"] is None and r["why"] == "/metrics has no vllm:prefix_cache_hits_total"
 
 
 def test_hit_rate_is_the_counter_increase_over_the_run() -> None:
-    text = VLLM_EXCERPT.read_text(encoding="utf-8")
-    before = bench.cache_counters(_advance(text, 32.0, 0.0), "vllm")  # type: ignore[attr-defined]
-    assert before == {"hits": 0.0, "queries": 32.0, "missing": None}
+    before = bench.cache_counters(_vllm_text(32.0, 0.0), "vllm")  # type: ignore[attr-defined]
+    assert before == {"hits": 0.0, "queries": 32.0, "missing": None}  # _created samples are not the counter
     # a run that queried 1,024,000 prompt tokens, 512,000 of them from the cache
-    after = bench.cache_counters(_advance(text, 32.0 + 1_024_000, 512_000.0), "vllm")  # type: ignore[attr-defined]
+    after = bench.cache_counters(_vllm_text(32.0 + 1_024_000, 512_000.0), "vllm")  # type: ignore[attr-defined]
     r = bench.hit_rate(before, after)  # type: ignore[attr-defined]
     assert r == {"hit_rate": 0.5, "hits": 512_000.0, "queries": 1_024_000.0}
     # the issue's server totals (988,288 hits of 10.8 M queried) are cumulative: only the increase is the run's
@@ -70,9 +75,9 @@ def test_llamacpp_counters_are_cached_over_cached_plus_uncached() -> None:
 
 
 def test_prefix_caching_flag_from_the_real_vllm_cache_config() -> None:
-    text = (REAL / "vllm-h200" / "metrics-bf16.txt").read_text(encoding="utf-8")
-    assert bench.prefix_caching_enabled(text) is True  # type: ignore[attr-defined]
-    assert bench.prefix_caching_enabled(VLLM_EXCERPT.read_text(encoding="utf-8")) is None  # type: ignore[attr-defined]
+    assert bench.prefix_caching_enabled(VLLM_REAL.read_text(encoding="utf-8")) is True  # type: ignore[attr-defined]
+    llama = (REAL / "llamacpp-cpu" / "metrics-F16-kvf16.txt").read_text(encoding="utf-8")
+    assert bench.prefix_caching_enabled(llama) is None  # type: ignore[attr-defined]
 
 
 def test_a_ratio_is_refused_when_the_hit_rates_differ() -> None:
