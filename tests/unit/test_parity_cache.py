@@ -36,7 +36,7 @@ bench = _bench()
 
 def _vllm_text(queries: float | None, hits: float | None) -> str:
     """The real vLLM 0.25 text plus the prefix-cache counter samples (HELP/TYPE, _total, _created)."""
-    out = VLLM_REAL.read_text(encoding="utf-8")
+    out = VLLM_REAL.read_text(encoding="utf-8").rstrip("\n") + "\n"
     for name, v, doc in (("queries", queries, "Prefix cache queries, in terms of number of queried tokens."),
                          ("hits", hits, "Prefix cache hits, in terms of number of cached tokens.")):
         if v is not None:
