@@ -89,7 +89,7 @@ def _run(wl: Any, level: Level, client: RecordingClient, **kw: Any) -> tuple[lis
     sent: list[Sent] = []
     ps = PromptSet([r.prompt for r in wl.requests], True, wl.method)
     samples, _wall, _sent_at, _lags = asyncio.run(_run_level(
-        client, "llamacpp", None, ps, level, output_tokens=4, input_tokens=16, chat=False, progress=None,
+        client, "llamacpp", None, ps, level, output_tokens=4, input_tokens=16, chat=False, progress=None,  # type: ignore[arg-type]
         opts=LoadOptions(**kw), lens=[(r.input_tokens, r.output_tokens) for r in wl.requests], workload=wl,
         sent_log=sent))
     return samples, sent
@@ -133,7 +133,7 @@ def test_a_failed_turn_ends_its_conversation_and_counts_the_rest_as_failed() -> 
     assert samples[1].error == "not sent: turn 1 of its conversation failed"
 
 
-TRACE = [  # the Mooncake format: timestamp (ms), input_length, output_length, hash_ids (one per 512-token block)
+TRACE: list[dict[str, Any]] = [  # the Mooncake format: timestamp (ms), input_length, output_length, hash_ids (one per 512-token block)
     {"timestamp": 0, "input_length": 20, "output_length": 4, "hash_ids": [0, 1]},
     {"timestamp": 120, "input_length": 24, "output_length": 3, "hash_ids": [0, 2, 3]},
     {"timestamp": 130, "input_length": 8, "output_length": 5},
