@@ -234,3 +234,23 @@ def test_prefix_cache_figure_sources_and_unknown() -> None:
     assert none["prefix_cache"]["unknown"] == ("/metrics: one scrape: no counter increase to read; responses: no "
                                                "cached-token count in them")
     assert "not scraped (--no-scrape)" in prefix_cache_figure([], None, scrape=False)["prefix_cache"]["unknown"]
+
+
+def test_the_level_figure_and_its_unknown_reason_reach_the_record() -> None:
+    from quantrack.measure.sweep import SweepResult
+    from quantrack.run.record import _sweep_metrics
+    from quantrack.store.records import RunRecord
+
+    known = {"mode": "concurrency", "concurrency": 2, "prefix_cache_hit_rate": 0.5, "prefix_cache": {}}
+    old = {"mode": "concurrency", "concurrency": 1, "server_metrics": {"prefix_cache_hit_rate": 0.25}}
+    top = {"mode": "concurrency", "concurrency": 4, "prefix_cache_hit_rate": None,
+           "prefix_cache": {"unknown": "/metrics: not scraped (--no-scrape); responses: no cached-token count"}}
+    rec = RunRecord(experiment="x", run_name="a")
+    _sweep_metrics(rec, SweepResult("vllm", "http://h", "m", 16, 4, rows=[old, known, top],
+                                    load={"dataset": "shared-prefix"}))
+    got = {m.key: m.value for m in rec.metrics}
+    assert got["sweep_engine_prefix_hit_rate_c2"] == 0.5
+    assert got["sweep_engine_prefix_hit_rate_c1"] == 0.25  # a row saved before the level figure existed
+    assert "sweep_engine_prefix_hit_rate_c4" not in got  # unknown is not a number
+    assert rec.tags["quantrack.sweep_dataset"] == "shared-prefix"
+    assert rec.tags["quantrack.sweep_prefix_cache_unknown"].startswith("/metrics: not scraped (--no-scrape)")
