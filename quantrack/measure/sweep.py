@@ -476,8 +476,9 @@ def run_sweep(
                         result.warmup_errors.append(s.error or "unknown")
 
             def measure(level: Level) -> dict[str, Any]:
-                n = requests_per_level or (default_requests(level.concurrency) if level.concurrency is not None
-                                           else default_rate_requests(level.rate or 1.0))
+                n = requests_per_level or (len(files.trace) if files.trace else (
+                    default_requests(level.concurrency) if level.concurrency is not None
+                    else default_rate_requests(level.rate or 1.0)))  # a trace: every record unless --requests
                 runs, pooled, walls = [], [], 0.0
                 for rep in range(opts.repeats):
                     wseed = opts.seed + 7919 * rep + len(result.rows)

@@ -55,3 +55,22 @@ def test_multi_turn_resends_history_and_the_cache_answers_it(llamacpp_server: st
     hit = row["prefix_cache_hit_rate"]
     assert hit is not None and hit > 0, row["prefix_cache"]
     print(json.dumps(row["prefix_cache"]))
+
+
+def test_trace_replays_its_records_at_their_times(llamacpp_server: str, tmp_path: Path) -> None:
+    from quantrack.measure.sweep import LoadOptions, run_sweep
+
+    trace = tmp_path / "t.jsonl"  # the Mooncake format; hash id 0 shared by the first two records
+    rows = [{"timestamp": 0, "input_length": 20, "output_length": 4, "hash_ids": [0]},
+            {"timestamp": 300, "input_length": 24, "output_length": 3, "hash_ids": [0, 1]},
+            {"timestamp": 600, "input_length": 12, "output_length": 2}]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = run_sweep(llamacpp_server, "llamacpp", [], rates=[2 / 0.6], input_tokens=32, output_tokens=6, warmup=0,
+                    load=LoadOptions(dataset="trace", trace=str(trace), keep_sent=True))
+    row = res.rows[0]
+    assert row["n_ok"] == 3 and row["requests"] == 3, row["failures"]  # every record, no --requests
+    sent = sorted(row["sent"], key=lambda s: s["i"])
+    assert [len(s["prompt"]) for s in sent] == [20, 24, 12] and [s["output_tokens"] for s in sent] == [4, 3, 2]
+    assert [s["due_s"] for s in sent] == pytest.approx([0.0, 0.3, 0.6])  # its own rate: the recorded times
+    assert all(abs(s["sent_s"] - s["due_s"]) < 0.25 for s in sent), sent
+    assert row["workload"]["native_rate"] == pytest.approx(2 / 0.6)
