@@ -12,8 +12,13 @@
 set -euo pipefail
 MODEL=${1:?usage: parity_vllm_h200.sh MODEL [BASE_URL]}
 BASE=${2:-http://127.0.0.1:8000}
-for N in 1000 256; do
-  python bench/parity_vllm_bench.py --base-url "$BASE" --engine vllm --model "$MODEL" --tokenizer "$MODEL" \
-    --reference vllm --concurrency 1,16,64 --requests "$N" --input-tokens 1024 --output-tokens 128 --rounds 3 \
-    --json "parity-h200-n$N.json"
+# Issue 40: every run of vllm bench serve gets a fresh --seed (the script adds 1 per run), the prefix-cache hit
+# rate of each tool's run is read from /metrics, and a round whose hit rates differ by more than 0.05 gets no
+# ratio. Run twice in a row on the same server (pass 1, pass 2): the ratios must agree (the cache cannot move them).
+for PASS in 1 2; do
+  for N in 1000 256; do
+    python bench/parity_vllm_bench.py --base-url "$BASE" --engine vllm --model "$MODEL" --tokenizer "$MODEL" \
+      --reference vllm --concurrency 1,16,64 --requests "$N" --input-tokens 1024 --output-tokens 128 --rounds 3 \
+      --hit-rate-tolerance 0.05 --seed $((PASS * 100000 + N)) --json "parity-h200-n$N-pass$PASS.json"
+  done
 done

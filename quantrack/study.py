@@ -126,8 +126,20 @@ class SweepSpec:
     repeats: int = setting(default=1, help="Times each level is measured (mean and 95% t-interval when > 1).",
                            ge=1, le=100)
     scrape: bool = setting(default=True, help="Scrape the server's /metrics during each level.")
-    dataset: str = setting(default="random", help="Prompts: random filler of exact lengths, or GSM8K test questions "
-                           "with their reference answers' lengths as output.", choices=("random", "gsm8k"))
+    dataset: str = setting(default="random", help="Workload: random filler of exact lengths; gsm8k test questions "
+                           "with their answers' lengths as output; shared-prefix, multi-turn, length-mix, trace "
+                           "(docs/workloads.md).",
+                           choices=("random", "gsm8k", "shared-prefix", "multi-turn", "length-mix", "trace"))
+    prefix_groups: int = setting(default=1, help="shared-prefix: groups of requests, each sharing one prefix.",
+                                 ge=1, le=100000)
+    prefix_tokens: int = setting(default=0, help="shared-prefix: tokens of each group's shared prefix (below the "
+                                 "input length); 0 = half the input length.", ge=0)
+    turns: int = setting(default=2, help="multi-turn: turns per conversation (each resends the history and the "
+                         "previous answer).", ge=1, le=1000)
+    lengths: str | None = setting(default=None, help="length-mix: a file of input,output[,weight] token lengths "
+                                  "(relative: to the study file's folder).", nonempty=True)
+    trace: str | None = setting(default=None, help="trace: a Mooncake-format JSONL (timestamp ms, input_length, "
+                                "output_length[, hash_ids]; relative: to the study file's folder).", nonempty=True)
     range_ratio: float = setting(default=0.0, help="Random lengths uniform in [L(1-r), L(1+r)] (as vLLM's "
                                  "--random-range-ratio); 0 = fixed.", ge=0, le=0.99, flag="--random-range-ratio")
 
@@ -324,6 +336,7 @@ def _study(data: dict[str, Any], source: str) -> Study:
         else:
             sections[key] = cls(**build(cls, table, f"[{key}]"))
     model: ModelSpec = sections["model"]
+    sections["sweep"] = _sweep_files(sections["sweep"], Path(source).parent if source != "<study>" else None)
     if not (model.name or model.path or model.config or model.gguf):
         raise BadInput("[model]: needs one of name, path, config or gguf")
     folder = Path(source).parent if source != "<study>" else None
@@ -344,7 +357,7 @@ def _study(data: dict[str, Any], source: str) -> Study:
     if ev.task and ev.num_shots > SHIPPED_SHOTS:
         raise BadInput(f"[eval] num_shots: {SHIPPED_SHOTS} exemplars ship with quantrack, got {ev.num_shots} "
                        "(use `quantrack eval --data-dir` with a full GSM8K copy for more)")
-    _check_sweep_load(sections["sweep"])
+    _check_sweep_load(sections["sweep"], sections["sweep"].input_tokens or sections["latency"].input_tokens)
     slots, ctx = top.get("parallel", 1), top.get("context_len", 4096)
     if slots > ctx:  # llama.cpp gives each slot context_len / parallel tokens: fewer than one is no slot
         raise BadInput(f"parallel = {slots:,}: more slots than context_len = {ctx:,} tokens (each slot gets "
@@ -358,7 +371,15 @@ def _study(data: dict[str, Any], source: str) -> Study:
     )
 
 
-def _check_sweep_load(sw: SweepSpec) -> None:
+def _sweep_files(sw: SweepSpec, folder: Path | None) -> SweepSpec:
+    """[sweep] lengths / trace: a relative path is read from the study file's folder."""
+    def rel(p: str | None) -> str | None:
+        return str(folder / p) if p and folder is not None and not Path(p).is_absolute() else p
+
+    return replace(sw, lengths=rel(sw.lengths), trace=rel(sw.trace))
+
+
+def _check_sweep_load(sw: SweepSpec, input_tokens: int) -> None:
     """[sweep] goodput / slo_search in their own grammar, before anything starts."""
     from quantrack.measure.load import parse_criterion, parse_request_slo
 
@@ -368,6 +389,15 @@ def _check_sweep_load(sw: SweepSpec) -> None:
         parse_criterion(sw.slo_search, "[sweep] slo_search")
         if sw.concurrency and sw.rates:
             raise BadInput("[sweep] slo_search bisects one kind of level: give concurrency or rates, not both")
+    if sw.dataset not in ("random", "gsm8k") or sw.lengths or sw.trace:
+        from quantrack.measure.sweep import load_options, workload_files
+
+        try:
+            workload_files(load_options(sw), input_tokens, bool(sw.rates))
+        except BadInput as exc:
+            raise BadInput(f"[sweep] {exc}".replace("--", "")) from None
+
+
 def local_model_path(value: str | None, folder: Path | None, is_file: bool = False) -> str | None:
     """A local GGUF value made absolute against the study file's folder; anything else unchanged.
 

@@ -27,6 +27,17 @@ preemptions, prefix-cache hits), failures; --repeats N gives a mean and 95% inte
 (the answer is always a measured level).
 
 \b
+Workloads (--dataset; docs/workloads.md):
+  random         distinct filler prompts of exact token counts (default)
+  gsm8k          GSM8K test questions, their answers' token counts as output
+  shared-prefix  --prefix-groups N groups sharing a --prefix-tokens P prefix, then a distinct suffix
+  multi-turn     --turns K: each turn resends the history and the previous answer
+  length-mix     --lengths FILE: input,output[,weight] pairs drawn by weight (seeded)
+  trace          --trace FILE: a Mooncake JSONL replayed (rate levels scale its times)
+Per level the prefix-cache hit rate is shown (engine /metrics, else per-request counts).
+--save keeps what each level sent (token ids, lengths, send times) and the seeds.
+
+\b
 Formulas:
   output tok/s = sum(usage.completion_tokens of ok requests) / level wall time
   level wall time = first request sent -> last request finished
@@ -56,6 +67,13 @@ Examples:
 @setting_option(SweepSpec, "repeats")
 @setting_option(SweepSpec, "dataset", "--dataset-name")
 @setting_option(SweepSpec, "range_ratio")
+@setting_option(SweepSpec, "prefix_groups")
+@setting_option(SweepSpec, "prefix_tokens")
+@setting_option(SweepSpec, "turns")
+@setting_option(SweepSpec, "lengths", help="length-mix: a file of input,output[,weight] token lengths per line "
+                "(or JSONL with input_tokens, output_tokens).")
+@setting_option(SweepSpec, "trace", help="trace: a Mooncake-format JSONL (timestamp ms, input_length, "
+                "output_length[, hash_ids] per line).")
 @click.option("--no-scrape", is_flag=True, help="Do not read the server's /metrics during the levels.")
 @setting_option(SweepSpec, "requests_per_level")
 # --random-input-len / --random-output-len: `vllm bench serve` and `sglang.bench_serving` (random dataset,
@@ -89,6 +107,11 @@ def sweep(
     repeats: int,
     dataset: str,
     range_ratio: float,
+    prefix_groups: int,
+    prefix_tokens: int,
+    turns: int,
+    lengths: str | None,
+    trace: str | None,
     no_scrape: bool,
     requests_per_level: int,
     input_tokens: int,
@@ -133,7 +156,8 @@ def sweep(
     load = LoadOptions(arrival=arrival, seed=seed, max_concurrency=max_concurrency or None,
                        slo=parse_request_slo(goodput) if goodput else None, repeats=repeats, scrape=not no_scrape,
                        search=parse_criterion(slo_search) if slo_search else None, dataset=dataset,
-                       range_ratio=range_ratio)
+                       range_ratio=range_ratio, prefix_groups=prefix_groups, prefix_tokens=prefix_tokens,
+                       turns=turns, lengths=lengths, trace=trace, keep_sent=save is not None)
     try:
         result = run_sweep(
             base_url,
@@ -217,9 +241,10 @@ def _render_sweep(data: dict[str, Any]) -> str:
             _f(tp.get("p50")), _f(tp.get("p95")), _f(tp.get("p99")),
             _f(gp.get("request_s")), _f(sm.get("kv_usage_max")), _f(sm.get("running_max"), 0),
             _f(sm.get("waiting_max"), 0),
+            "unknown" if r.get("prefix_cache_hit_rate") is None else _f(r["prefix_cache_hit_rate"], 3),
         ])
     headers = ["level (achieved)", "ok/sent", "wall s", "out tok/s", "TTFT p50", "p95", "p99", "TPOT p50 ms", "p95",
-               "p99", "goodput req/s", "KV max", "run max", "wait max"]
+               "p99", "goodput req/s", "KV max", "run max", "wait max", "prefix hit"]
     lines = [head, tabulate(table, headers=headers, disable_numparse=True)]
     load = data.get("load") or {}
     if load.get("slo"):
@@ -238,6 +263,13 @@ def _render_sweep(data: dict[str, Any]) -> str:
                      "for steady-state figures")
     if any(r.get("server_metrics") for r in data["rows"]):
         lines.append("KV max / run max / wait max: the engine's own /metrics during the level (- = not served)")
+    srcs = {(r.get("prefix_cache") or {}).get("source") or "" for r in data["rows"]} - {""}
+    unknown = {str(why) for r in data["rows"] if r.get("prefix_cache_hit_rate") is None
+               and (why := (r.get("prefix_cache") or {}).get("unknown"))}
+    if srcs:
+        lines.append("prefix hit: cached prompt tokens / prompt tokens, from " + "; ".join(sorted(srcs)))
+    for why in sorted(unknown):
+        lines.append(f"prefix hit unknown: {why}")
     s_ = data.get("slo_search")
     if s_:
         lines.append(f"SLO search {s_['criterion']}: highest measured {s_['mode']} meeting it: "

@@ -215,6 +215,7 @@ class StreamSample:
     completion_tokens: int | None = None  # server's usage
     finish_reason: str | None = None
     server_timings: dict[str, float] | None = None  # llama.cpp `timings` (per request)
+    cached_tokens: int | None = None  # server's usage.prompt_tokens_details.cached_tokens (prompt tokens from cache)
     done: bool = False  # saw data: [DONE]
     notes: list[str] = field(default_factory=list)
     text: str | None = None
@@ -259,6 +260,17 @@ class StreamSample:
             return None
         return self.server_timings["predicted_per_token_ms"] / 1000.0
 
+    def prompt_cache_counts(self) -> tuple[int, int] | None:
+        """(prompt tokens served from the server's cache, prompt tokens) as the server reported them for this
+        request: llama.cpp ``timings.cache_n`` of ``cache_n + prompt_n``, else the OpenAI field
+        ``usage.prompt_tokens_details.cached_tokens`` of ``usage.prompt_tokens``; None when it reported neither."""
+        t = self.server_timings or {}
+        if "cache_n" in t and "prompt_n" in t:
+            return int(t["cache_n"]), int(t["cache_n"] + t["prompt_n"])
+        if self.cached_tokens is not None and self.prompt_tokens:
+            return self.cached_tokens, self.prompt_tokens
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
@@ -271,6 +283,7 @@ class StreamSample:
             "content_chunks": self.n_chunks,
             "finish_reason": self.finish_reason,
             "server_tpot_ms": _ms(self.server_tpot),
+            "cached_tokens": (self.prompt_cache_counts() or (None,))[0],
             "notes": list(self.notes),
         }
 
@@ -307,6 +320,9 @@ class StreamAccumulator:
         if chunk.usage:
             s.prompt_tokens = _int_or_none(chunk.usage.get("prompt_tokens"))
             s.completion_tokens = _int_or_none(chunk.usage.get("completion_tokens"))
+            details = chunk.usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and "cached_tokens" in details:
+                s.cached_tokens = _int_or_none(details.get("cached_tokens"))
         if chunk.timings:
             s.server_timings = {
                 k: float(chunk.timings[k]) for k in SERVER_TIMING_KEYS if isinstance(chunk.timings.get(k), (int, float))
@@ -542,10 +558,25 @@ class AsyncHttpStreamClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def stream(self, path: str, payload: dict[str, Any], *, chat: bool = False) -> tuple[float, StreamSample]:
-        """(absolute start time, sample). Never raises for network/protocol failures."""
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST a JSON body, the answer's JSON (raises MeasurementError on a transport or HTTP error)."""
+        try:
+            r = await self._client.post(self.base_url + path, json=body)
+        except _transport_errors() as exc:
+            raise MeasurementError(_scrub(f"{path}: {describe_error(exc)}", self._api_key)) from None
+        if r.status_code >= 400:
+            raise MeasurementError(_scrub(f"{path}: {_http_error(r.status_code, r.content)}", self._api_key))
+        try:
+            return r.json()
+        except ValueError:
+            raise MeasurementError(f"{path} answered with a body that is not JSON") from None
+
+    async def stream(self, path: str, payload: dict[str, Any], *, chat: bool = False,
+                     keep_text: bool = False) -> tuple[float, StreamSample]:
+        """(absolute start time, sample). Never raises for network/protocol failures. ``keep_text``: the sample
+        keeps the streamed text (a multi-turn workload resends it)."""
         t0 = time.perf_counter()
-        acc = StreamAccumulator(t0, chat=chat)
+        acc = StreamAccumulator(t0, chat=chat, keep_text=keep_text)
         try:
             async with self._client.stream("POST", self.base_url + path, json=payload) as r:
                 if r.status_code >= 400:

@@ -111,15 +111,17 @@ def build_prompts(
     )
 
 
-def server_tokenizer(engine: str, request_json: Callable[..., object], model: str | None) -> Tokenizer:
-    """A tokenize function backed by the server's endpoint (see the module docstring)."""
+def server_tokenizer(engine: str, request_json: Callable[..., object], model: str | None,
+                     add_special: bool = True) -> Tokenizer:
+    """A tokenize function backed by the server's endpoint (see the module docstring); ``add_special=False``:
+    without the BOS a prompt's start gets (for text that continues other token ids)."""
 
     from quantrack.engines import get_adapter
 
     adapter = get_adapter(engine)
 
     def tokenize(text: str) -> list[int]:
-        path, body = adapter.tokenize_request(text, add_special=True, model=model)
+        path, body = adapter.tokenize_request(text, add_special=add_special, model=model)
         answer = request_json("POST", path, body)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):

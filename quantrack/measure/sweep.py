@@ -20,7 +20,11 @@ Per level (all *measured*):
   (:mod:`quantrack.measure.scrape`), and with ``repeats`` > 1 the mean and 95% t-interval over the repeats;
 * failures with their reasons (short/over-long answers count as failures).
 
-Every request has its own prompt (also across levels), so prefix caches do not shorten prefill.
+Every request of ``random`` and ``gsm8k`` has its own prompt (also across levels), so prefix caches do not shorten
+prefill; the workloads of :mod:`quantrack.measure.workloads` (``shared-prefix``, ``multi-turn``, ``length-mix``,
+``trace``) share what they say they share, and each level's **prefix-cache hit rate** (cached prompt tokens /
+prompt tokens) is a figure of the level (:func:`prefix_cache_figure`: the engine's /metrics counters, else the
+cached-token counts the server reported per request, else ``unknown`` with why).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from quantrack.errors import BadInput
+from quantrack.errors import BadInput, MeasurementError, did_you_mean
 from quantrack.interrupts import Interrupted
 from quantrack.measure.client import (
     AsyncHttpStreamClient,
@@ -63,6 +67,7 @@ from quantrack.measure.load import (
 )
 from quantrack.measure.prompts import PromptSet
 from quantrack.measure.stats import percentile, summarize
+from quantrack.measure.workloads import WORKLOADS, Workload, follow_up_prompt, scaled_offsets
 
 SWEEP_FORMAT = "quantrack-sweep/1"
 SWEEP_FORMULAS = {
@@ -77,7 +82,10 @@ SWEEP_FORMULAS = {
 }
 # figures of a level that get a mean and interval over repeats
 REPEAT_FIGURES = ("output_tok_s", "request_s", "ttft_p50_ms", "tpot_p50_ms", "tpot_p95_ms", "e2e_p50_ms",
-                  "goodput_request_s", "achieved_rate")
+                  "goodput_request_s", "achieved_rate", "prefix_cache_hit_rate")
+SWEEP_FORMULAS["prefix_cache_hit_rate"] = ("prefix-cache hit rate = cached prompt tokens / prompt tokens over the "
+                                           "level (engine /metrics counter increases, else the per-request counts "
+                                           "the server reported)")
 
 
 def default_requests(concurrency: int) -> int:
@@ -238,14 +246,122 @@ class LoadOptions:
     search: LevelCriterion | None = None
     search_levels: int = 3  # extra levels the SLO search may measure
     keep_samples: bool = False  # each row keeps its per-request samples (bench/parity_vllm_bench.py)
-    dataset: str = "random"  # random: filler of exact token counts; gsm8k: test questions, answers' lengths out
+    dataset: str = "random"  # random | gsm8k | the workloads of quantrack.measure.workloads
     range_ratio: float = 0.0  # random: lengths uniform in [L(1-r), L(1+r)] (vllm bench serve --random-range-ratio)
+    prefix_groups: int = 1  # shared-prefix: groups, each sharing one prefix
+    prefix_tokens: int = 0  # shared-prefix: tokens of each group's prefix (0 = half the input length)
+    turns: int = 2  # multi-turn: turns per conversation
+    lengths: str | None = None  # length-mix: file of input/output pairs
+    trace: str | None = None  # trace: Mooncake-format JSONL
+    keep_sent: bool = False  # each row keeps what was sent (prompt ids, lengths, times): quantrack sweep --save
 
     def to_dict(self) -> dict[str, Any]:
-        return {"arrival": self.arrival, "seed": self.seed, "max_concurrency": self.max_concurrency,
-                "slo": self.slo.to_dict() if self.slo else None, "repeats": self.repeats, "scrape": self.scrape,
-                "search": self.search.text if self.search else None, "dataset": self.dataset,
-                "range_ratio": self.range_ratio}
+        out = {"arrival": self.arrival, "seed": self.seed, "max_concurrency": self.max_concurrency,
+               "slo": self.slo.to_dict() if self.slo else None, "repeats": self.repeats, "scrape": self.scrape,
+               "search": self.search.text if self.search else None, "dataset": self.dataset,
+               "range_ratio": self.range_ratio}
+        if self.dataset == "shared-prefix":
+            out.update(prefix_groups=self.prefix_groups, prefix_tokens=self.prefix_tokens)
+        elif self.dataset == "multi-turn":
+            out["turns"] = self.turns
+        elif self.dataset == "length-mix":
+            out["lengths"] = self.lengths
+        elif self.dataset == "trace":
+            out["trace"] = self.trace
+        return out
+
+
+@dataclass
+class Sent:
+    """What one request of a level sent (kept in the row with ``keep_sent``: ``quantrack sweep --save``)."""
+
+    index: int
+    input_tokens: int | None
+    output_tokens: int
+    prompt: str | list[int] | None = None
+    group: int | None = None
+    turn: int | None = None
+    due_s: float | None = None  # scheduled send (rate levels), from the level's start
+    sent_s: float | None = None  # actual send, from the level's start
+
+    def to_dict(self, with_prompt: bool) -> dict[str, Any]:
+        d: dict[str, Any] = {"i": self.index, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                             "sent_s": self.sent_s}
+        for k in ("group", "turn", "due_s"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        if with_prompt:
+            d["prompt"] = self.prompt
+        return d
+
+
+class _Sender:
+    """Sends one level's units (a request, or a multi-turn conversation's turns in sequence) and keeps what came
+    back: samples by request index, send times, and (``sent_log``) what each request sent."""
+
+    def __init__(self, client: AsyncHttpStreamClient, engine: str, model: str | None, prompts: PromptSet, *,
+                 output_tokens: int, input_tokens: int, chat: bool, progress: Progress | None, phase: str,
+                 lens: list[tuple[int | None, int]] | None, workload: Workload | None,
+                 sent_log: list[Sent] | None) -> None:
+        self.client, self.engine, self.model, self.prompts = client, engine, model, prompts
+        self.output_tokens, self.input_tokens, self.chat = output_tokens, input_tokens, chat
+        self.progress, self.phase, self.lens, self.workload, self.sent_log = progress, phase, lens, workload, sent_log
+        self.multi = workload is not None and workload.turns > 1
+        self.samples: list[StreamSample | None] = [None] * len(prompts.prompts)
+        self.sent_at: list[float] = []
+        self.done = 0
+        self.t0 = time.perf_counter()
+
+    async def send(self, i: int, prompt: str | list[int], n_in: int | None, due: float | None) -> StreamSample:
+        n_out = self.lens[i][1] if self.lens else self.output_tokens
+        path, payload = build_payload(self.engine, model=self.model, prompt=prompt, max_tokens=n_out, chat=self.chat)
+        t_sent, sample = await self.client.stream(path, payload, chat=self.chat, keep_text=self.multi)
+        self.sent_at.append(t_sent)
+        sample = validate_sample(sample, output_tokens=n_out, input_tokens=n_in)
+        self.samples[i] = sample
+        if self.sent_log is not None:
+            p = self.workload.requests[i] if self.workload is not None else None
+            self.sent_log.append(Sent(i, n_in, n_out, prompt, p.group if p else None, p.turn if p else None,
+                                      due, t_sent - self.t0))
+        self.done += 1
+        if self.progress:
+            self.progress(self.phase, self.done, len(self.samples))
+        return sample
+
+    async def unit(self, idx: list[int], due: float | None) -> None:
+        """Request ``idx[0]``; for a conversation each later turn after the previous one's answer."""
+        history: list[int] | None = None
+        answer: list[int] = []
+        for pos, i in enumerate(idx):
+            prompt = self.prompts.prompts[i]
+            n_in = self.lens[i][0] if self.lens else self.input_tokens
+            if history is not None and isinstance(prompt, list):
+                prompt = follow_up_prompt(history, answer, prompt)
+                n_in = len(prompt)
+            s = await self.send(i, prompt, n_in, due if pos == 0 else None)
+            if not self.multi:
+                continue
+            if not s.ok:  # the conversation cannot go on without the answer: the later turns count as failed
+                for j in idx[pos + 1:]:
+                    self.samples[j] = StreamSample(ok=False, error=f"not sent: turn {pos + 1} of its conversation "
+                                                   "failed")
+                    self.done += 1
+                return
+            history = list(prompt) if isinstance(prompt, list) else None
+            answer = await self.answer_ids(s.text or "")
+
+    async def answer_ids(self, text: str) -> list[int]:
+        """The answer's text as token ids (the server's /tokenize, no special tokens): the history's next part."""
+        from quantrack.engines import get_adapter
+
+        if not text:
+            return []
+        path, body = get_adapter(self.engine).tokenize_request(text, add_special=False, model=self.model)
+        answer = await self.client.post_json(path, body)
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise MeasurementError(f"{self.engine} /tokenize answered without a token list (multi-turn history)")
+        return tokens
 
 
 async def _run_level(
@@ -262,62 +378,55 @@ async def _run_level(
     opts: LoadOptions,
     seed: int = 0,
     lens: list[tuple[int | None, int]] | None = None,
+    workload: Workload | None = None,
+    sent_log: list[Sent] | None = None,
 ) -> tuple[list[StreamSample], float, list[float], list[float]]:
     """(samples, wall seconds, send times, dispatch lags) of one level; ``lens``: (input, output) tokens per
-    request when they vary (None input: a text prompt of natural length)."""
+    request when they vary (None input: a text prompt of natural length). ``workload``: its conversations are the
+    units sent (multi-turn: a conversation's turns in sequence, each resending the history and the previous answer)
+    and its arrival offsets (trace) the schedule of a rate level. ``sent_log`` collects what each request sent."""
     import asyncio
 
-    n = len(prompts.prompts)
-    samples: list[StreamSample | None] = [None] * n
-    sent_at: list[float] = []
     lags: list[float] = []
-    done = 0
     phase = f"rate {level.rate:g}/s" if level.rate is not None else f"concurrency {level.concurrency}"
-
-    async def one(i: int, prompt: str | list[int]) -> None:
-        nonlocal done
-        n_in, n_out = lens[i] if lens else (input_tokens, output_tokens)
-        path, payload = build_payload(engine, model=model, prompt=prompt, max_tokens=n_out, chat=chat)
-        t_sent, sample = await client.stream(path, payload, chat=chat)
-        sent_at.append(t_sent)
-        samples[i] = validate_sample(sample, output_tokens=n_out, input_tokens=n_in)
-        done += 1
-        if progress:
-            progress(phase, done, n)
-
-    t0 = time.perf_counter()
+    units = workload.conversations if workload is not None else [[i] for i in range(len(prompts.prompts))]
+    tx = _Sender(client, engine, model, prompts, output_tokens=output_tokens, input_tokens=input_tokens, chat=chat,
+                 progress=progress, phase=phase, lens=lens, workload=workload, sent_log=sent_log)
+    t0 = tx.t0
     if level.rate is None:
-        queue = list(enumerate(prompts.prompts))
+        queue = list(units)
 
         async def worker() -> None:
             while queue:
-                i, prompt = queue.pop(0)
-                await one(i, prompt)
+                await tx.unit(queue.pop(0), None)
 
-        await asyncio.gather(*(worker() for _ in range(min(level.concurrency or 1, n))))
+        await asyncio.gather(*(worker() for _ in range(min(level.concurrency or 1, len(units)))))
     else:
-        offsets = arrival_offsets(n, level.rate, opts.arrival, seed)
+        if workload is not None and workload.offsets is not None:
+            offsets, _k = scaled_offsets([workload.offsets[u[0]] for u in units], level.rate)
+        else:
+            offsets = arrival_offsets(len(units), level.rate, opts.arrival, seed)
         gate = asyncio.Semaphore(opts.max_concurrency) if opts.max_concurrency else None
         tasks = []
 
-        async def gated(i: int, prompt: str | list[int], due: float) -> None:
+        async def gated(idx: list[int], due: float) -> None:
             if gate is None:
                 lags.append(time.perf_counter() - due)
-                await one(i, prompt)
+                await tx.unit(idx, due - t0)
                 return
             async with gate:  # as vllm bench serve --max-concurrency: the schedule waits for a free slot
                 lags.append(time.perf_counter() - due)
-                await one(i, prompt)
+                await tx.unit(idx, due - t0)
 
-        for i, (prompt, off) in enumerate(zip(prompts.prompts, offsets)):
+        for idx, off in zip(units, offsets):
             due = t0 + off
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(gated(i, prompt, due)))
+            tasks.append(asyncio.create_task(gated(idx, due)))
         await asyncio.gather(*tasks)
     wall = time.perf_counter() - t0
-    return [s for s in samples if s is not None], wall, sent_at, lags
+    return [s for s in tx.samples if s is not None], wall, tx.sent_at, lags
 
 
 def run_sweep(
@@ -351,6 +460,7 @@ def run_sweep(
     result = SweepResult(engine=engine, base_url=base_url, model=model, input_tokens=input_tokens,
                          output_tokens=output_tokens, chat=chat, label=label, load=opts.to_dict())
     levels = [Level(concurrency=c) for c in concurrency] + [Level(rate=float(r)) for r in rates]
+    files = workload_files(opts, input_tokens, bool(rates))  # read and checked before the server is asked anything
     state = {"offset": 0}
     with HttpStreamClient(base_url, api_key=api_key, timeout=timeout) as sync:
         if result.model is None:
@@ -366,23 +476,31 @@ def run_sweep(
                         result.warmup_errors.append(s.error or "unknown")
 
             def measure(level: Level) -> dict[str, Any]:
-                n = requests_per_level or (default_requests(level.concurrency) if level.concurrency is not None
-                                           else default_rate_requests(level.rate or 1.0))
+                n = requests_per_level or (len(files.trace) if files.trace else (
+                    default_requests(level.concurrency) if level.concurrency is not None
+                    else default_rate_requests(level.rate or 1.0)))  # a trace: every record unless --requests
                 runs, pooled, walls = [], [], 0.0
                 for rep in range(opts.repeats):
-                    ps, lens = level_prompts(sync, engine, result.model, n, input_tokens, output_tokens, chat,
-                                             state["offset"], opts, opts.seed + 7919 * rep + len(result.rows))
+                    wseed = opts.seed + 7919 * rep + len(result.rows)
+                    ps, lens, wl = _plan_level(sync, engine, result.model, n, input_tokens, output_tokens, chat,
+                                               state["offset"], opts, wseed, files, level)
                     state["offset"] += n
                     result.prompt = ps.method
+                    sent_log: list[Sent] = []
                     cpu0 = time.process_time()
                     samples, wall, sent, lags, scraped = asyncio_run(_level(
                         base_url, api_key, timeout, engine, result.model, ps, level, output_tokens, input_tokens,
-                        chat, progress, opts, opts.seed + rep, lens))
+                        chat, progress, opts, opts.seed + rep, lens, wl, sent_log))
                     cpu = time.process_time() - cpu0
                     row = level_row(level.concurrency, samples, wall, rate=level.rate, sent_at=sent, lag_s=lags,
                                     slo=opts.slo, client_cpu_s=cpu, max_concurrency=opts.max_concurrency)
                     if scraped is not None:
                         row["server_metrics"] = scraped
+                    row.update(prefix_cache_figure(samples, scraped, opts.scrape))
+                    row["workload"] = {"dataset": opts.dataset, "seed": wseed, "method": ps.method,
+                                       **(wl.params if wl else {})}
+                    if opts.keep_sent:
+                        row["sent"] = [x.to_dict(True) for x in sorted(sent_log, key=lambda x: x.index)]
                     if opts.keep_samples:
                         row["samples"] = [dict(x.to_dict(), t_start=x.t_start) for x in samples]
                     runs.append(row)
@@ -393,6 +511,12 @@ def run_sweep(
                 merged = merge_repeats(runs, level_row(level.concurrency, pooled, walls, rate=level.rate,
                                                        slo=opts.slo, max_concurrency=opts.max_concurrency))
                 merged["server_metrics"] = runs[-1].get("server_metrics")
+                merged["prefix_cache"] = {"hit_rate": merged.get("prefix_cache_hit_rate"),
+                                          "source": "mean over the repeats",
+                                          "runs": [r.get("prefix_cache") for r in runs]}
+                merged["workload"] = [r.get("workload") for r in runs]
+                if opts.keep_sent:
+                    merged["sent"] = [r.get("sent") for r in runs]
                 return merged
 
             measured: dict[float, dict[str, Any]] = {}
@@ -406,6 +530,22 @@ def run_sweep(
             result.interrupted = True
             raise Interrupted.of(exc, partial=result) from None
     return result
+
+
+def _plan_level(sync: HttpStreamClient, engine: str, model: str | None, n: int, input_tokens: int,
+                output_tokens: int, chat: bool, start: int, opts: LoadOptions, seed: int, files: WorkloadFiles,
+                level: Level) -> tuple[PromptSet, list[tuple[int | None, int]] | None, Workload | None]:
+    """A level's prompts, (input, output) lengths per request when they vary, and its workload (if not random or
+    gsm8k)."""
+    if opts.dataset not in WORKLOADS:
+        ps, lens = level_prompts(sync, engine, model, n, input_tokens, output_tokens, chat, start, opts, seed)
+        return ps, lens, None
+    wl = level_workload(sync, engine, model, n, input_tokens, output_tokens, chat, opts, seed, files)
+    if wl.offsets is not None:
+        wl.method += (f"; replayed with its arrival times scaled to a mean {level.rate:g}/s" if level.rate is not None
+                      else "; closed loop: the trace's arrival times are not used at a concurrency level")
+    ps = PromptSet(prompts=[r.prompt for r in wl.requests], exact=True, method=wl.method)
+    return ps, [(r.input_tokens, r.output_tokens) for r in wl.requests], wl
 
 
 def _check_levels(concurrency: list[int], rates: list[float], requests_per_level: int | None,
@@ -427,12 +567,13 @@ def _check_levels(concurrency: list[int], rates: list[float], requests_per_level
     if opts.repeats < 1:
         raise BadInput(f"--repeats must be >= 1 (got {opts.repeats})")
     if opts.dataset not in DATASETS:
-        raise BadInput(f"--dataset must be one of {', '.join(DATASETS)} (got {opts.dataset!r})")
+        raise BadInput(f"--dataset must be one of {', '.join(DATASETS)} (got {opts.dataset!r})"
+                       f"{did_you_mean(opts.dataset, DATASETS)}")
     if not 0 <= opts.range_ratio < 1:
         raise BadInput(f"--random-range-ratio must be in [0, 1) (got {opts.range_ratio})")
 
 
-DATASETS = ("random", "gsm8k")
+DATASETS = ("random", "gsm8k", *WORKLOADS)
 
 
 def range_lengths(n: int, nominal: int, ratio: float, seed: int, minimum: int = 1) -> list[int]:
@@ -489,6 +630,115 @@ def gsm8k_prompts(sync: HttpStreamClient, engine: str, model: str | None, n: int
     return PromptSet(prompts=[q["question"] for q in qs], exact=False, method=method), [(None, o) for o in outs]
 
 
+@dataclass
+class WorkloadFiles:
+    """The files a workload reads, read and checked once before the sweep starts."""
+
+    lengths: list[tuple[int, int, float]] | None = None
+    trace: list[Any] | None = None
+
+
+def workload_files(opts: LoadOptions, input_tokens: int, has_rates: bool) -> WorkloadFiles:
+    """Check the workload's options and read its file (a bad one: BadInput before any request)."""
+    from quantrack.measure.workloads import read_lengths, read_trace, scaled_offsets
+
+    d = opts.dataset
+    given = {"--lengths": opts.lengths, "--trace": opts.trace}
+    wants = {"length-mix": "--lengths", "trace": "--trace"}.get(d)
+    for flag, v in given.items():
+        if v is not None and flag != wants:
+            raise BadInput(f"{flag} applies to --dataset {'length-mix' if flag == '--lengths' else 'trace'} "
+                           f"(got --dataset {d})")
+    if d == "shared-prefix":
+        if opts.prefix_groups < 1:
+            raise BadInput(f"--prefix-groups must be >= 1 (got {opts.prefix_groups})")
+        p = opts.prefix_tokens or input_tokens // 2
+        if not 1 <= p < input_tokens:
+            raise BadInput(f"--prefix-tokens must be >= 1 and below --input-tokens {input_tokens} (got {p}): the "
+                           "distinct suffix needs at least one token")
+    if d == "multi-turn" and opts.turns < 1:
+        raise BadInput(f"--turns must be >= 1 (got {opts.turns})")
+    if d == "length-mix":
+        if not opts.lengths:
+            raise BadInput("--dataset length-mix needs --lengths FILE (lines 'input,output[,weight]')")
+        return WorkloadFiles(lengths=read_lengths(opts.lengths))
+    if d == "trace":
+        if not opts.trace:
+            raise BadInput("--dataset trace needs --trace FILE (Mooncake JSONL: timestamp, input_length, "
+                           "output_length per line)")
+        recs = read_trace(opts.trace)
+        if has_rates:
+            scaled_offsets([r.timestamp_ms / 1000.0 for r in recs], 1.0)  # a trace with no span cannot be scaled
+        return WorkloadFiles(trace=recs)
+    return WorkloadFiles()
+
+
+def level_workload(sync: HttpStreamClient, engine: str, model: str | None, n: int, input_tokens: int,
+                   output_tokens: int, chat: bool, opts: LoadOptions, seed: int, files: WorkloadFiles) -> Workload:
+    """One level's requests of a :mod:`quantrack.measure.workloads` workload, as exact token ids from the
+    server's /tokenize (these workloads need it: a shared prefix or a history is only shared token for token)."""
+    from quantrack.measure import workloads as w
+    from quantrack.measure.prompts import build_prompts, server_tokenizer
+
+    if chat:
+        raise BadInput(f"--dataset {opts.dataset} sends token ids to /v1/completions: leave out --chat")
+    tokenize = server_tokenizer(engine, sync.request_json, model)
+    plain = server_tokenizer(engine, sync.request_json, model, add_special=False)
+    try:
+        if opts.dataset == "shared-prefix":
+            return w.shared_prefix(n, input_tokens, output_tokens, groups=opts.prefix_groups,
+                                   prefix_tokens=opts.prefix_tokens or input_tokens // 2, tokenize=tokenize,
+                                   tokenize_plain=plain, seed=seed)
+        if opts.dataset == "multi-turn":
+            return w.multi_turn(n, input_tokens, output_tokens, turns=opts.turns, tokenize=tokenize,
+                                tokenize_plain=plain, seed=seed)
+        if opts.dataset == "length-mix":
+            assert files.lengths is not None
+            from quantrack.measure.prompts import new_salt
+
+            salt = new_salt()
+
+            def build(i: int, n_in: int) -> list[int] | str:
+                return build_prompts(1, n_in, tokenize, chat=False, source=f"{engine} /tokenize", start=i,
+                                     salt=salt).prompts[0]
+
+            return w.length_mix(n, files.lengths, build=build, seed=seed, source=str(opts.lengths))
+        assert opts.dataset == "trace" and files.trace is not None
+        return w.trace_workload(files.trace, n, tokenize=tokenize, tokenize_plain=plain, seed=seed,
+                                source=str(opts.trace))
+    except MeasurementError as exc:
+        raise MeasurementError(f"--dataset {opts.dataset} needs exact token ids from the server's /tokenize: "
+                               f"{exc}") from None
+
+
+def prefix_cache_figure(samples: list[StreamSample], scraped: dict[str, Any] | None,
+                        scrape: bool = True) -> dict[str, Any]:
+    """The level's prefix-cache hit rate (cached prompt tokens / prompt tokens), measured by the engine:
+
+    from its /metrics counters over the level (vLLM ``prefix_cache_hits/queries``, llama.cpp
+    ``prompt_tokens_cached/prompt_tokens``; SGLang: its ``cache_hit_rate`` gauge), else from the cached-token
+    counts the server reported per request (llama.cpp ``timings.cache_n``, OpenAI ``prompt_tokens_details``);
+    else None with ``unknown`` saying why. Returns ``prefix_cache_hit_rate`` and ``prefix_cache`` (both sources)."""
+    counts = [c for s in samples if s.ok and (c := s.prompt_cache_counts()) is not None]
+    total = sum(t for _, t in counts)
+    per_request = sum(c for c, _ in counts) / total if counts and total > 0 else None
+    engine = scraped.get("prefix_cache_hit_rate") if scraped else None
+    info: dict[str, Any] = {"engine_metrics": engine, "responses": per_request,
+                            "responses_n": len(counts)}
+    if engine is not None:
+        info.update(hit_rate=engine, source=scraped.get("source") if scraped else None)
+    elif per_request is not None:
+        info.update(hit_rate=per_request, source="the server's per-request cached-token counts (llama.cpp "
+                    "timings.cache_n / usage.prompt_tokens_details.cached_tokens), summed over the level")
+    else:
+        why_metrics = ("not scraped (--no-scrape)" if not scrape else
+                       ((scraped or {}).get("unknown") or {}).get("prefix_cache_hit_rate")
+                       or "the engine's /metrics serve no prefix-cache counter")
+        info.update(hit_rate=None, source=None,
+                    unknown=f"/metrics: {why_metrics}; responses: no cached-token count in them")
+    return {"prefix_cache_hit_rate": info["hit_rate"], "prefix_cache": info}
+
+
 def load_options(sw: Any) -> LoadOptions:
     """LoadOptions from a study's [sweep] table (``quantrack.study.SweepSpec``); the strings parsed here."""
     from quantrack.measure.load import parse_criterion, parse_request_slo
@@ -497,7 +747,8 @@ def load_options(sw: Any) -> LoadOptions:
                        slo=parse_request_slo(sw.goodput, "[sweep] goodput") if sw.goodput else None,
                        repeats=sw.repeats, scrape=sw.scrape,
                        search=parse_criterion(sw.slo_search, "[sweep] slo_search") if sw.slo_search else None,
-                       dataset=sw.dataset, range_ratio=sw.range_ratio)
+                       dataset=sw.dataset, range_ratio=sw.range_ratio, prefix_groups=sw.prefix_groups,
+                       prefix_tokens=sw.prefix_tokens, turns=sw.turns, lengths=sw.lengths, trace=sw.trace)
 
 
 def default_rate_requests(rate: float) -> int:
@@ -551,12 +802,16 @@ async def _level(
     opts: LoadOptions,
     seed: int,
     lens: list[tuple[int | None, int]] | None = None,
+    workload: Workload | None = None,
+    sent_log: list[Sent] | None = None,
 ) -> tuple[list[StreamSample], float, list[float], list[float], dict[str, Any] | None]:
     import asyncio
 
     from quantrack.measure.scrape import MetricsScraper, summarize_scrapes
 
     width = level.concurrency or opts.max_concurrency or max(1, len(prompts.prompts))
+    if workload is not None and workload.turns > 1:
+        width = width + 1  # the multi-turn history's /tokenize beside the streams
     client = AsyncHttpStreamClient(base_url, api_key=api_key, timeout=timeout, max_connections=width + 1)
     scraper = task = None
     try:
@@ -566,7 +821,7 @@ async def _level(
             task = asyncio.create_task(scraper.run())
         samples, wall, sent, lags = await _run_level(
             client, engine, model, prompts, level, output_tokens=output_tokens, input_tokens=input_tokens,
-            chat=chat, progress=progress, opts=opts, seed=seed, lens=lens)
+            chat=chat, progress=progress, opts=opts, seed=seed, lens=lens, workload=workload, sent_log=sent_log)
         scraped = None
         if scraper is not None and task is not None:
             task.cancel()

@@ -86,6 +86,9 @@ LOAD_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("goodput", "Goodput req/s", "measured: requests meeting every per-request SLO / wall time, at that level"),
     ("engine_view", "Engine KV / run / wait", ("measured by the engine: max KV-cache usage, running and waiting "
                                                "requests from its /metrics during that level (— = not served)")),
+    ("prefix_hit", "Prefix hit", ("measured by the engine: prefix-cache hit rate (cached prompt tokens / prompt "
+                                  "tokens) at that level, and the sweep's workload; unknown = not served, why in "
+                                  "the json")),
     ("slo_limit", "SLO limit", "measured: highest measured level meeting [sweep] slo_search (first miss)"),
 )
 
@@ -349,7 +352,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
                            for step in HYGIENE_STEPS},
         })
         if load is not None:
-            table.raw[-1]["sweep_levels"] = load[1]
+            table.raw[-1].update(_load_raw(r, load[1]))
     _add_load_columns(table)
     judged = [raw["arm"] for raw in table.raw if raw.get("budget")]
     if judged:
@@ -453,9 +456,21 @@ def load_cells(run: RunRow | ArmRun) -> tuple[dict[str, str], dict[str, dict[str
             f"{(unit + miss) if miss and miss != 'none' else 'none'})"
     else:
         slo = "— (no slo_search)"
+    hit = figs.get("engine_prefix_hit_rate")
+    dataset = r.tags.get(Tag.SWEEP_DATASET)
+    prefix = ("unknown" if hit is None else f"{hit:.1%}") + (f" ({dataset})" if dataset else "")
     return ({"sweep_level": top_cell, "sweep_tps": cell, "sweep_tpot_p95": num("tpot_ms_p95"),
              "goodput": num("goodput_rps", 3) if figs.get("goodput_rps") is not None else "— (no goodput SLO)",
-             "engine_view": engine, "slo_limit": slo}, levels)
+             "engine_view": engine, "prefix_hit": prefix, "slo_limit": slo}, levels)
+
+
+def _load_raw(r: ArmRun, levels: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The json's load figures of one arm: its levels, and why its prefix-cache hit rate is unknown (if it is)."""
+    out: dict[str, Any] = {"sweep_levels": levels}
+    why = r.row.tags.get(Tag.SWEEP_PREFIX_UNKNOWN)
+    if why:
+        out["prefix_cache_unknown"] = why
+    return out
 
 
 def _add_load_columns(table: CompareTable) -> None:

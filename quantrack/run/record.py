@@ -410,7 +410,7 @@ _LEVEL_FIGURES = (
     ("engine_running_max", ("server_metrics", "running_max")),
     ("engine_waiting_max", ("server_metrics", "waiting_max")),
     ("engine_preemptions", ("server_metrics", "preemptions")),
-    ("engine_prefix_hit_rate", ("server_metrics", "prefix_cache_hit_rate")),
+    ("engine_prefix_hit_rate", ("prefix_cache_hit_rate",)),  # engine /metrics, else its per-request counts
     ("engine_busy_slots_max", ("server_metrics", "busy_slots_max")),
 )
 
@@ -443,7 +443,16 @@ def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:
             rec.metric(schema.sweep_level("request_tps", label), number_of(lv, "request_s"))
             rec.metric(schema.sweep_level("achieved_rate", label), number_of(lv, "achieved_rate"))
         for figure, path in _LEVEL_FIGURES:
-            rec.metric(schema.sweep_level(figure, label), _dig(lv, path))
+            value = _dig(lv, path)
+            if value is None and figure == "engine_prefix_hit_rate":  # a sweep saved before the level figure
+                value = _dig(lv, ("server_metrics", "prefix_cache_hit_rate"))
+            rec.metric(schema.sweep_level(figure, label), value)
+    if sweep.rows:
+        rec.tag(Tag.SWEEP_DATASET, (sweep.load or {}).get("dataset") or "random")
+        top = max(sweep.rows, key=lambda r: float(r.get("rate" if r.get("mode") == "rate" else "concurrency") or 0))
+        why = (top.get("prefix_cache") or {}).get("unknown") if top.get("prefix_cache_hit_rate") is None else None
+        if why:
+            rec.tag(Tag.SWEEP_PREFIX_UNKNOWN, str(why)[:500])
     s = sweep.slo_search
     if s:
         rec.tag(Tag.SLO_SEARCH, s.get("criterion"))

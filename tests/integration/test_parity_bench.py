@@ -31,7 +31,8 @@ def test_parity_bench_ci_sized(llamacpp_server: str, tmp_path: Path) -> None:
     bench = _bench()
     args = argparse.Namespace(engine="llamacpp", model=None, tokenizer=None, concurrency="1,2", requests=4,
                               compare_requests=6, input_tokens=16, output_tokens=6, rounds=2,
-                              reference="definitions", vllm_json=None)
+                              reference="definitions", vllm_json=None, hit_rate_tolerance=0.05,
+                              accept_unknown_cache=False, seed=7)
     res = bench.run(args, llamacpp_server)  # type: ignore[attr-defined]
     text = bench.render(res)  # type: ignore[attr-defined]
     print(text)
@@ -46,6 +47,12 @@ def test_parity_bench_ci_sized(llamacpp_server: str, tmp_path: Path) -> None:
         # mean requests in flight never exceeds the level; the client's CPU per token is measured
         assert 0 < lv["in_flight_share"] <= 1.0 + 1e-9 and 0 < lv["in_flight_share_more_requests"] <= 1.0 + 1e-9
         assert lv["client_cpu_ms_per_token"] > 0
+        # the engine's counters were read before and after each run: llama.cpp serves them (--metrics)
+        for p in lv["rounds"]:
+            cache = p["quantrack_cache"]
+            assert cache["hit_rate"] is not None and 0 <= cache["hit_rate"] <= 1 and cache["queries"] > 0, cache
+            assert p["refused"] is None  # the same run on both sides: equal hit rates
+        assert lv["rounds_compared"] == 2
     json.dumps(res, default=str)  # the --json file is serialisable
 
 
@@ -59,5 +66,5 @@ def test_vllm_save_result_import(tmp_path: Path) -> None:
     got = bench.import_vllm_result(p)  # type: ignore[attr-defined]
     assert got["output_tok_s"] == 9876.5 and got["median_tpot_ms"] == 7.25 and got["max_concurrency"] == 64
     p.write_text(json.dumps({"duration": 1.0}))
-    with pytest.raises(SystemExit, match="missing output_throughput, median_ttft_ms, median_tpot_ms"):
+    with pytest.raises(bench.BadArgs, match="missing output_throughput, median_ttft_ms, median_tpot_ms"):  # type: ignore[attr-defined]
         bench.import_vllm_result(p)  # type: ignore[attr-defined]

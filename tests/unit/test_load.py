@@ -204,6 +204,16 @@ def test_compare_wide_load_columns_and_noise_note() -> None:
     assert rows["b"]["goodput"] == "1.500" and rows["b"]["slo_limit"] == "c2 (tpot_p95<=50ms; first miss c3)"
     assert any("≈ sweep throughput of b at c4 lies within run-to-run noise of a" in n for n in t.notes)
     assert "sweep_levels" in t.raw[1] and t.raw[1]["sweep_levels"]["c4"]["engine_preemptions"] == 3.0
+    # the prefix-cache hit rate of the top level, with the workload; unknown says so (and the json says why)
+    assert "Prefix hit" in wide
+    assert rows["a"]["prefix_hit"] == "unknown" and rows["b"]["prefix_hit"] == "unknown"
+    hit = dict(arm, sweep_engine_prefix_hit_rate_c4=0.5)
+    why = {"quantrack.sweep_prefix_cache_unknown": "/metrics: llamacpp serves no prefix-cache counter"}
+    t2 = build_table("x", [_row("a", base, {**why, "quantrack.sweep_dataset": "random"}),  # type: ignore[list-item]
+                           _row("b", hit, {**tags, "quantrack.sweep_dataset": "shared-prefix"})], baseline="a")
+    rows2 = {r["arm"]: r for r in t2.rows}
+    assert rows2["a"]["prefix_hit"] == "unknown (random)" and rows2["b"]["prefix_hit"] == "50.0% (shared-prefix)"
+    assert t2.raw[0]["prefix_cache_unknown"] == why["quantrack.sweep_prefix_cache_unknown"]
     expl = load_explanation(_row("b", arm, tags))  # type: ignore[arg-type]
     assert expl[0].startswith("SLO search tpot_p95<=50ms: highest measured level meeting it c2; first miss c3")
     assert expl[1] == "goodput at c4: 1.5 req/s (75% of requests met every per-request SLO)"
