@@ -114,6 +114,9 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
+_LIBC = _libc()
+
+
 def isolation() -> str:
     """``"namespaces"`` when a child can get its own network and mount namespaces here (tried once, in a throwaway
     process), else ``"guard-only"``."""
@@ -128,7 +131,7 @@ def isolation() -> str:
                 _ISOLATION = "guard-only"
                 return _ISOLATION
             if pid == 0:  # pragma: no cover - the child only reports by exit status
-                ok = _libc().unshare(CLONE_NEWNS | CLONE_NEWNET) == 0
+                ok = _LIBC.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0
                 os._exit(0 if ok else 1)
             _, status = os.waitpid(pid, 0)
             _ISOLATION = "namespaces" if os.waitstatus_to_exitcode(status) == 0 else "guard-only"
@@ -148,10 +151,10 @@ def _mount_points() -> list[tuple[str, int]]:
     return out
 
 
-def _isolate(scratch: str) -> None:
+def _isolate(scratch: str, libc: ctypes.CDLL, points: list[tuple[str, int]]) -> None:
     """In the child, before exec: private mounts, every mount read-only, the temp dirs bound to the scratch dir,
-    no network. Any failure aborts the child (a program never runs half-isolated)."""
-    libc = _libc()
+    no network. Any failure aborts the child (a program never runs half-isolated). ``points`` were read in the
+    parent: a new mount namespace starts as a copy of its parent's mounts."""
 
     def check(rc: int, what: str) -> None:
         if rc != 0:
@@ -159,7 +162,6 @@ def _isolate(scratch: str) -> None:
 
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
     check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
-    points = _mount_points()
     bound = []
     source = scratch
     for d in PRIVATE_DIRS:  # the first bind may hide the scratch path (it is under /tmp): bind the others from it
@@ -177,10 +179,10 @@ def _isolate(scratch: str) -> None:
     os.chdir("/tmp")
 
 
-def _preexec(limits: Limits, scratch: str, namespaces: bool) -> None:
+def _preexec(limits: Limits, scratch: str, prepared: tuple[ctypes.CDLL, list[tuple[str, int]]] | None) -> None:
     os.setsid()
-    if namespaces:
-        _isolate(scratch)
+    if prepared is not None:
+        _isolate(scratch, *prepared)
     cpu = max(1, int(limits.timeout_s + 0.999))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
@@ -194,6 +196,13 @@ def _mnt_ns(pid: int | str) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/ns/mnt")
     except OSError:
+        return None
+
+
+def _open_ns(pid: int) -> int | None:
+    try:
+        return os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+    except OSError:  # it has already exited (a zombie's namespaces are gone): the process group kill remains
         return None
 
 
@@ -222,6 +231,7 @@ def run_python(program: str, limits: Limits | None = None, *, guard: bool = True
     (tests use it to show what the OS-level limits contain by themselves)."""
     limits = limits or Limits()
     namespaces = isolation() == "namespaces"
+    prepared = (_LIBC, _mount_points()) if namespaces else None
     scratch = tempfile.mkdtemp(prefix="quantrack-sandbox-")
     try:
         Path(scratch, "guard.py").write_text(GUARD if guard else "", encoding="utf-8")
@@ -230,11 +240,16 @@ def run_python(program: str, limits: Limits | None = None, *, guard: bool = True
         env = {"HOME": scratch if not namespaces else "/tmp", "TMPDIR": scratch if not namespaces else "/tmp",
                "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
         t0 = time.monotonic()
-        proc = subprocess.Popen(  # noqa: S603 - the point of this module
+        proc = subprocess.Popen(
             [sys.executable, "-I", "-B", "runner.py"], cwd=scratch, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=lambda: _preexec(limits, scratch, namespaces), close_fds=True)
-        ns = _mnt_ns(proc.pid) if namespaces else None
+            # preexec_fn with threads (the eval runner's): everything it needs is prepared here, in the parent;
+            # the child only makes system calls through an already loaded libc
+            preexec_fn=lambda: _preexec(limits, scratch, prepared), close_fds=True)  # noqa: PLW1509
+        # hold the namespace open while it is in use: a freed namespace's inode number can be reused by the next
+        # sandbox's (other threads run sandboxes too), and then its processes would be taken for this one's
+        ns_fd = _open_ns(proc.pid) if namespaces else None
+        ns = _mnt_ns(proc.pid) if ns_fd is not None else None
         try:
             _, err = proc.communicate(timeout=limits.timeout_s)
             timed_out = False
@@ -244,6 +259,8 @@ def run_python(program: str, limits: Limits | None = None, *, guard: bool = True
             _, err = proc.communicate()
         _kill_namespace(ns, proc.pid)  # a child it left behind dies with it
         wall = time.monotonic() - t0
+        if ns_fd is not None:
+            os.close(ns_fd)
     except subprocess.SubprocessError as exc:  # preexec failed: the program never ran
         return Outcome(False, "failed", f"sandbox could not start: {exc}", 0.0, isolation())
     finally:
