@@ -239,28 +239,31 @@ def run_python(program: str, limits: Limits | None = None, *, guard: bool = True
         Path(scratch, "runner.py").write_text(RUNNER, encoding="utf-8")
         env = {"HOME": scratch if not namespaces else "/tmp", "TMPDIR": scratch if not namespaces else "/tmp",
                "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "runner.py"], cwd=scratch, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            # preexec_fn with threads (the eval runner's): everything it needs is prepared here, in the parent;
-            # the child only makes system calls through an already loaded libc
-            preexec_fn=lambda: _preexec(limits, scratch, prepared), close_fds=True)  # noqa: PLW1509
-        # hold the namespace open while it is in use: a freed namespace's inode number can be reused by the next
-        # sandbox's (other threads run sandboxes too), and then its processes would be taken for this one's
-        ns_fd = _open_ns(proc.pid) if namespaces else None
-        ns = _mnt_ns(proc.pid) if ns_fd is not None else None
-        try:
-            _, err = proc.communicate(timeout=limits.timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_namespace(ns, proc.pid)
-            _, err = proc.communicate()
-        _kill_namespace(ns, proc.pid)  # a child it left behind dies with it
-        wall = time.monotonic() - t0
-        if ns_fd is not None:
-            os.close(ns_fd)
+        # stderr goes to an unlinked file, not a pipe: a child that keeps the pipe open cannot stall the wait
+        with tempfile.TemporaryFile() as errfile:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", "runner.py"], cwd=scratch, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errfile,
+                # preexec_fn with threads (the eval runner's): everything it needs is prepared here, in the parent;
+                # the child only makes system calls through an already loaded libc
+                preexec_fn=lambda: _preexec(limits, scratch, prepared), close_fds=True)  # noqa: PLW1509
+            # hold the namespace open while it is in use: a freed namespace's inode number can be reused by the
+            # next sandbox's (other threads run sandboxes too), and then its processes would be taken for this one's
+            ns_fd = _open_ns(proc.pid) if namespaces else None
+            ns = _mnt_ns(proc.pid) if ns_fd is not None else None
+            try:
+                proc.wait(timeout=limits.timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            _kill_namespace(ns, proc.pid)  # the group, and any child that left it, die with it
+            proc.wait()
+            wall = time.monotonic() - t0
+            if ns_fd is not None:
+                os.close(ns_fd)
+            errfile.seek(max(0, os.fstat(errfile.fileno()).st_size - 4096))
+            err = errfile.read()
     except subprocess.SubprocessError as exc:  # preexec failed: the program never ran
         return Outcome(False, "failed", f"sandbox could not start: {exc}", 0.0, isolation())
     finally:
