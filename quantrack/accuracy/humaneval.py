@@ -8,7 +8,8 @@ is the fraction that pass.
 
 The answer may be a completion (the function body continuing the prompt) or a chat answer: a fenced code block
 (```python ... ```) is taken when present; code that defines the entry point itself is run after the prompt (the
-prompt ends with a docstring, so it is a complete function the answer's definition replaces).
+prompt ends with a docstring, so it is a complete function the answer's definition replaces), or alone when the
+prompt cannot be completed that way.
 """
 
 from __future__ import annotations
@@ -51,8 +52,20 @@ def extract_code(response: str, prompt: str, entry_point: str) -> str:
     fenced = _FENCE.findall(response)
     if fenced:
         code = max(fenced, key=lambda c: (f"def {entry_point}" in c, len(c)))
-        return prompt + "\n" + code if re.search(rf"^\s*def {re.escape(entry_point)}\b", code, re.MULTILINE) else prompt + code
+        if re.search(rf"^\s*def {re.escape(entry_point)}\b", code, re.MULTILINE):
+            # the whole function: after the prompt (its imports) when that parses, else alone
+            return prompt + "\n" + code if _parses(prompt + "\n" + code) else code
+        return prompt + code
     return prompt + response
+
+
+def _parses(source: str) -> bool:
+    """Whether ``source`` is valid Python (parsed only, never run, in this process)."""
+    try:
+        compile(source, "<answer>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def check_program(code: str, test: str, entry_point: str | None) -> str:
