@@ -41,7 +41,7 @@ GOOD = {"id": "q1", "prompt": "2+2=", "reference": 4}
     ([GOOD, {"prompt": "x", "reference": "y"}], ":2: no 'id'"),
     ([GOOD, {**GOOD}], ":2: duplicate id 'q1' (first on line 1)"),
     ([GOOD, {"id": "q2", "prompt": "x"}], ":2: item 'q2': no 'reference'"),
-    ([GOOD, "{not json"], ":2: not valid JSON"),
+    ([GOOD, "{not json"], ":2: not valid JSON (Expecting property name enclosed in double quotes)"),
     ([{"id": 3, "prompt": "x", "reference": "y"}], ":1: 'id' must be a non-empty string, got 3"),
     ([{"id": "a", "reference": "y"}], ":1: item 'a': give exactly one of 'prompt' (text) and 'messages' (chat)"),
 ])
