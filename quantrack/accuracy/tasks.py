@@ -116,8 +116,12 @@ def resolve_task(task: str) -> Task:
         return humaneval_task()
     if task.endswith(".jsonl") or Path(task).is_file():
         return load_task(task)
-    raise BadInput(f"--task {task!r}: not a built-in task (gsm8k, gsm8k-train, gsm8k-all, humaneval) and not a "
-                   ".jsonl file")
+    from quantrack.accuracy.gsm8k import TASKS
+    from quantrack.errors import did_you_mean
+
+    known = (*TASKS, HUMANEVAL)
+    raise BadInput(f"--task: expected one of {', '.join(known)} or a task file PATH.jsonl, got \"{task}\""
+                   f"{did_you_mean(task, known)}")
 
 
 # ---------------------------------------------------------------- prompts and payloads (pure)

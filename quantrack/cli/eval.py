@@ -243,17 +243,18 @@ def render_comparison(report: dict[str, Any]) -> str:
     from tabulate import tabulate  # type: ignore[import-untyped]
 
     lines = []
+    metric = "GSM8K" if report.get("task") in (None, "gsm8k") else str(report["task"])  # named after the task
     if not report["paired"]:
         rows = [[side, report[side]["path"], report[side]["source"], _pct(report[side]["accuracy"]), report[side]["n"]]
                 for side in ("base", "arm")]
-        lines.append(tabulate(rows, headers=["", "file", "source", "GSM8K", "answered"]))
+        lines.append(tabulate(rows, headers=["", "file", "source", metric, "answered"]))
         lines.append(report["reason"] + ".")
         return "\n".join(lines)
     c = report["comparison"]
     rows = [["base", report["base"]["path"], _pct(c["base_accuracy"]), c["base_correct"]],
             ["arm", report["arm"]["path"], _pct(c["arm_accuracy"]), c["arm_correct"]]]
     lines.append(f"Paired on {c['n']} questions both runs answered (measured/imported records)")
-    lines.append(tabulate(rows, headers=["", "file", "GSM8K", "correct"]))
+    lines.append(tabulate(rows, headers=["", "file", metric, "correct"]))
     lines.append(f"Delta (arm - base)  {c['delta'] * 100:+.2f} pts   95% CI [{c['delta_ci_low'] * 100:+.2f}, "
                  f"{c['delta_ci_high'] * 100:+.2f}] pts (Newcombe 1998 method 10, paired)")
     lines.append(f"discordant: base-only correct {c['base_only']}, arm-only correct {c['arm_only']}; "
