@@ -128,3 +128,19 @@ def test_two_runs_of_a_task_pair_with_eval_compare(llamacpp_server: str, tmp_pat
     code, table, _ = invoke("eval", "compare", str(runs["greedy"]), str(runs["hot"]))
     assert code == 0 and "Paired on 8 questions" in table and "arith" in table.splitlines()[1]
     print(table)
+
+
+def test_humaneval_first_problems_run_in_the_sandbox(llamacpp_server: str, tmp_path: Path,
+                                                      invoke: Callable[..., tuple[int, str, str]]) -> None:
+    out = tmp_path / "he.jsonl"
+    code, stdout, err = invoke("eval", "--task", "humaneval", "--num-questions", "4", "--base-url", llamacpp_server,
+                               "--max-tokens", "96", "--concurrency", "2", "--output", str(out), "--json")
+    assert code == 0, err
+    res = json.loads(stdout)
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert res["task"] == "humaneval" and res["n"] == 4 and res["settings"]["scorer"] == "code"
+    assert sorted(r["id"] for r in recs) == [f"HumanEval/{i}" for i in range(4)]
+    assert res["settings"]["stop"] == ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]
+    assert all(r["extra"]["sandbox"] in ("passed", "failed", "timeout") for r in recs)
+    assert res["correct"] == sum(r["extra"]["sandbox"] == "passed" for r in recs)
+    print("humaneval 4:", res["correct"], [r["extra"]["sandbox_detail"][:60] for r in recs])
