@@ -161,3 +161,18 @@ def test_mixed_id_types_are_refused(tmp_path: Path) -> None:
     p.write_text(json.dumps({"id": 1, "correct": True}) + "\n" + json.dumps({"id": "a", "correct": True}) + "\n")
     with pytest.raises(BadInput, match=":2: record id 'a' mixes integer"):
         load_records(p)
+
+
+def test_resume_refuses_a_changed_task_file(tmp_path: Path) -> None:
+    from quantrack.accuracy.tasks import run_task
+
+    task = tmp_path / "mine.jsonl"
+    task.write_text(json.dumps(GOOD) + "\n")
+    out = tmp_path / "r.jsonl"
+    _write_run(out, {"q1": True}, "00" * 32)
+    # the settings run_task writes, from another version of the file
+    write_meta(out, {"task": "mine", "order": "natural", "style": "scorer:exact", "num_shots": 0, "max_tokens": 256,
+                     "temperature": 0.0, "seed": 42, "data_sha256": "00" * 32, "fewshot_sampler": None,
+                     "fewshot_seed": None})
+    with pytest.raises(BadInput, match=r"--resume: .* was written with data_sha256='0000"):
+        run_task("http://127.0.0.1:9", load_task(task), scorer="exact", records_path=out, resume=True)
