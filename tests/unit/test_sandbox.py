@@ -196,3 +196,25 @@ def test_scratch_dir_is_writable_and_removed(untouched: Path) -> None:
                      "assert open('here.txt').read() == 'ok'\n", LIMIT)
     assert out.passed, out
     assert not Path("/tmp/qt-evil-scratch").exists()
+
+
+@pytest.mark.parametrize("body", [
+    "    while True:\n        pass\n",
+    "    import os\n    while True:\n        os.fork()\n",
+    "    x = bytearray(10 * 1024 ** 3)\n    return True\n",
+    "    open(__import__('os').path.expanduser('~/qt-evil-he'), 'w').write('x')\n    return True\n",
+    "    import socket\n    socket.create_connection(('127.0.0.1', 9), 1)\n    return True\n",
+    "    import os\n    os.system('touch /tmp/qt-evil-he-system')\n    return True\n",
+    "    import shutil\n    shutil.rmtree('/tmp')\n    return True\n",
+], ids=["loop", "fork", "10GB", "home", "socket", "system", "rmtree"])
+def test_hostile_humaneval_completions_score_as_failures(body: str, untouched: Path) -> None:
+    """The product path: a completion of HumanEval/0 scored by the `code` scorer (guard on, 2 s limit)."""
+    from quantrack.accuracy.scorers import get_scorer
+
+    p = _problems()[0]
+    item = {"prompt": p["prompt"], "reference": p["test"], "entry_point": p["entry_point"]}
+    t0 = time.monotonic()
+    verdict = get_scorer("code", code_timeout_s=2.0)(body, item)
+    assert not verdict.correct and verdict.extra["sandbox"] in ("failed", "timeout"), verdict
+    assert time.monotonic() - t0 < 5.0
+    assert not (Path.home() / "qt-evil-he").exists() and not Path("/tmp/qt-evil-he-system").exists()
