@@ -407,7 +407,7 @@ def result_from_records(records: dict[int, QuestionRecord], *, num_questions: in
             fp = proportion(sum(1 for f in verdicts if f), len(verdicts))
             extra[f"accuracy_{other}"] = fp.p
             extra[f"ci_{other}"] = [fp.ci_low, fp.ci_high]
-    if task != "gsm8k":
+    if task in TASKS and task != "gsm8k":
         by: dict[str, Any] = {}
         for split in ("test", "train"):
             rs = [r for r in answered if split_of(r.id) == split]

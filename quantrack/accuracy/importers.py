@@ -37,7 +37,7 @@ from quantrack.accuracy.gsm8k import (
     lm_eval_normalize,
     result_from_records,
 )
-from quantrack.accuracy.records import QuestionRecord, load_records
+from quantrack.accuracy.records import QuestionRecord, load_records, read_meta
 from quantrack.engines.evaltools import ENGINE_RESULT_FORMATS, SGLANG_RUN_EVAL, VLLM_GSM8K
 from quantrack.errors import BadInput, did_you_mean, unknown
 
@@ -378,8 +378,14 @@ def load_run(path: str | Path) -> tuple[EvalResult, dict[int, QuestionRecord] | 
             return import_result(p, "lm-eval")
         records = load_records(p)
         styles = {r.style for r in records.values()}
-        res = result_from_records(records, num_questions=max(records) + 1 if records else 0,
-                                  style=styles.pop() if len(styles) == 1 else None, records_path=str(p))
+        if records and all(isinstance(q, int) for q in records):  # GSM8K ids: positions in the split
+            res = result_from_records(records, num_questions=max(records) + 1,
+                                      style=styles.pop() if len(styles) == 1 else None, records_path=str(p))
+        else:  # a task file's string ids (quantrack.accuracy.tasks): named after the task in the meta sidecar
+            meta = read_meta(p) or {}
+            res = result_from_records(records, num_questions=len(records), ids=set(records),
+                                      style=styles.pop() if len(styles) == 1 else None, records_path=str(p),
+                                      task=str(meta.get("task") or p.stem), settings=meta)
         return res, records
     data = _load_json(p)
     if "task" in data and "source" in data and "accuracy" in data:  # quantrack result JSON

@@ -29,6 +29,7 @@ def compare_runs(base_path: str, arm_path: str, *, budget: float | None = None, 
         "arm": {"path": arm_path, "source": arm_res.source, "style": arm_res.style,
                 "accuracy": arm_res.accuracy, "n": arm_res.n, "errors": arm_res.errors},
         "paired": False,
+        "task": base_res.task if base_res.task == arm_res.task else f"{base_res.task} / {arm_res.task}",
     }
     if base_recs is None or arm_recs is None:
         which = " and ".join(name for name, recs in (("base", base_recs), ("arm", arm_recs)) if recs is None)

@@ -30,7 +30,7 @@ class QuestionRecord:
     """One GSM8K question as asked and scored. ``error`` set means the server failed:
     then ``response``/``extracted``/``correct`` are ``None`` (not wrong, not dropped)."""
 
-    id: int  # index in the test split
+    id: Any  # GSM8K: index in the split (int); a task file: the item's own id (str); checked in from_dict
     prompt_sha256: str | None  # sha256 of the UTF-8 prompt (lm-eval's prompt_hash is the same hash)
     response: str | None
     extracted: Any  # vllm style: int; lm-eval style: the strict-match string; None = invalid/none
@@ -68,8 +68,8 @@ class QuestionRecord:
             raise BadInput(f"{where}: not a quantrack question record (missing {', '.join(missing)})")
         kwargs = {k: v for k, v in data.items() if k in known}
         rec = cls(**{"prompt_sha256": None, "response": None, "extracted": None, "gold": None, **kwargs})
-        if not isinstance(rec.id, int) or isinstance(rec.id, bool):
-            raise BadInput(f"{where}: record id must be an integer, got {rec.id!r}")
+        if not (isinstance(rec.id, (int, str)) and not isinstance(rec.id, bool)) or rec.id == "":
+            raise BadInput(f"{where}: record id must be an integer or a non-empty string, got {rec.id!r}")
         if rec.correct is not None and not isinstance(rec.correct, bool):
             raise BadInput(f"{where}: 'correct' must be true, false or null, got {rec.correct!r}")
         ids = rec.fewshot_ids
@@ -83,14 +83,14 @@ def meta_path(records_path: Path) -> Path:
     return records_path.with_name(records_path.name + ".meta.json")
 
 
-def load_records(path: Path) -> dict[int, QuestionRecord]:
+def load_records(path: Path) -> dict[Any, QuestionRecord]:
     """Read a records file; the last record for an id wins (a resumed retry replaces an error).
 
     A torn last line (the run was killed mid-write) is ignored; a bad line elsewhere is an error.
     """
     if not path.is_file():
         raise BadInput(f"records file not found: {path}")
-    out: dict[int, QuestionRecord] = {}
+    out: dict[Any, QuestionRecord] = {}
     try:
         lines = path.read_text(encoding="utf-8").split("\n")
     except UnicodeDecodeError:
@@ -107,6 +107,8 @@ def load_records(path: Path) -> dict[int, QuestionRecord]:
         if not isinstance(data, dict):
             raise BadInput(f"{path}:{no}: expected a JSON object per line")
         rec = QuestionRecord.from_dict(data, f"{path}:{no}")
+        if out and type(rec.id) is not type(next(iter(out))):
+            raise BadInput(f"{path}:{no}: record id {rec.id!r} mixes integer (GSM8K) and string (task file) ids")
         out[rec.id] = rec
     return out
 

@@ -53,7 +53,14 @@ def _progress(done: int, total: int, errors: int) -> None:
 @click.group("eval", cls=EvalGroup, invoke_without_command=True)
 @setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine behind --base-url (recorded with the result).")
 @click.option("--base-url", default=None, metavar="URL", help="The running server, e.g. http://127.0.0.1:8000.")
-@setting_option(EvalSpec, "task", default="gsm8k", help="Accuracy task.")
+@click.option("--task", default="gsm8k", show_default=True, metavar="TASK",
+              help="gsm8k, gsm8k-train, gsm8k-all, humaneval, or a task file PATH.jsonl (docs/accuracy.md, "
+                   "\"Your own task\").")
+@click.option("--scorer", default=None, metavar="NAME",
+              help="Scorer of a task file: exact, numeric, choice, regex:PATTERN, code or module:function "
+                   "[humaneval: code].")
+@click.option("--chat", is_flag=True, help="Task file: send 'prompt' items as one user message to "
+              "/v1/chat/completions (the server's chat template) instead of /v1/completions.")
 @setting_option(EvalSpec, "num_questions")
 @setting_option(EvalSpec, "order")
 @setting_option(EvalSpec, "num_shots", help="Few-shot exemplars from the train split.")
@@ -83,7 +90,8 @@ def _progress(done: int, total: int, errors: int) -> None:
 @click.option("--allow-errors", is_flag=True, help="Exit 0 even if some questions got a server error.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, task: str, num_questions: int, order: str,
+def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, task: str, scorer: str | None, chat: bool,
+               num_questions: int, order: str,
                num_shots: int, max_tokens: int, temperature: float, seed: int | None, concurrency: int, style: str,
                fewshot_sampler: str | None, fewshot_seed: int | None, model: str | None, output: str, resume: bool,
                overwrite: bool, data_dir: str | None, api_key: str | None, timeout: float, allow_errors: bool,
@@ -104,10 +112,11 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
         run_gsm8k,
         small_sample_warning,
     )
-    from quantrack.errors import unknown
 
     if task not in TASKS:
-        raise unknown("task", task, TASKS)
+        return _eval_task(ctx, task, scorer, chat, base_url)
+    if scorer or chat:
+        raise BadInput(f"--scorer and --chat apply to a task file or humaneval, not to {task} (scored by --style)")
     if not base_url:
         raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
     import math
@@ -134,6 +143,34 @@ def eval_group(ctx: click.Context, engine: str | None, base_url: str | None, tas
     if warning:
         click.echo(warning, err=True)
     if not allow_errors:
+        raise_if_errors(result)
+
+
+def _eval_task(ctx: click.Context, task: str, scorer: str | None, chat: bool, base_url: str | None) -> None:
+    """`eval --task PATH.jsonl|humaneval`: the task is checked whole before --base-url is even needed."""
+    from quantrack.accuracy.gsm8k import raise_if_errors
+    from quantrack.accuracy.tasks import format_task_result, resolve_task, run_task
+    from quantrack.store.files import check_writable
+
+    p = ctx.params
+    spec = resolve_task(task)
+    if not base_url:
+        raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
+    check_writable(p["output"], "--output")
+    given = ctx.get_parameter_source("num_questions") is not click.core.ParameterSource.DEFAULT
+    seed = 42 if p["seed"] is None else p["seed"]
+
+    def progress(done: int, total: int, errors: int) -> None:
+        tail = f", {errors} errors" if errors else ""
+        click.echo(f"\r{spec.name}: {done}/{total} questions{tail}", err=True, nl=done >= total)
+
+    result = run_task(base_url, spec, scorer=scorer, num_questions=p["num_questions"] if given else None,
+                      max_tokens=p["max_tokens"], concurrency=p["concurrency"], seed=seed,
+                      temperature=p["temperature"], chat=chat, records_path=p["output"], resume=p["resume"],
+                      overwrite=p["overwrite"], api_key=p["api_key"], model=p["model"], engine=p["engine"],
+                      progress=progress, timeout_s=p["timeout"])
+    click.echo(json.dumps(result.to_dict(), indent=2) if p["as_json"] else "\n".join(format_task_result(result)))
+    if not p["allow_errors"]:
         raise_if_errors(result)
 
 
@@ -210,17 +247,18 @@ def render_comparison(report: dict[str, Any]) -> str:
     from tabulate import tabulate  # type: ignore[import-untyped]
 
     lines = []
+    metric = "GSM8K" if report.get("task") in (None, "gsm8k") else str(report["task"])  # named after the task
     if not report["paired"]:
         rows = [[side, report[side]["path"], report[side]["source"], _pct(report[side]["accuracy"]), report[side]["n"]]
                 for side in ("base", "arm")]
-        lines.append(tabulate(rows, headers=["", "file", "source", "GSM8K", "answered"]))
+        lines.append(tabulate(rows, headers=["", "file", "source", metric, "answered"]))
         lines.append(report["reason"] + ".")
         return "\n".join(lines)
     c = report["comparison"]
     rows = [["base", report["base"]["path"], _pct(c["base_accuracy"]), c["base_correct"]],
             ["arm", report["arm"]["path"], _pct(c["arm_accuracy"]), c["arm_correct"]]]
     lines.append(f"Paired on {c['n']} questions both runs answered (measured/imported records)")
-    lines.append(tabulate(rows, headers=["", "file", "GSM8K", "correct"]))
+    lines.append(tabulate(rows, headers=["", "file", metric, "correct"]))
     lines.append(f"Delta (arm - base)  {c['delta'] * 100:+.2f} pts   95% CI [{c['delta_ci_low'] * 100:+.2f}, "
                  f"{c['delta_ci_high'] * 100:+.2f}] pts (Newcombe 1998 method 10, paired)")
     lines.append(f"discordant: base-only correct {c['base_only']}, arm-only correct {c['arm_only']}; "

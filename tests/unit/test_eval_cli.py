@@ -99,7 +99,8 @@ def test_eval_without_base_url_is_one_line_error(invoke: Invoke) -> None:
 
 def test_unknown_task(invoke: Invoke) -> None:
     code, _, err = invoke("eval", "--base-url", "http://127.0.0.1:9", "--task", "gsm8", "--output", "/dev/null")
-    assert code == 2 and err == "quantrack: error: --task: expected one of gsm8k, gsm8k-train, gsm8k-all, got \"gsm8\" (did you mean 'gsm8k'?)"
+    assert code == 2 and err == ("quantrack: error: --task: expected one of gsm8k, gsm8k-train, gsm8k-all, humaneval or a task file "
+                         "PATH.jsonl, got \"gsm8\" (did you mean 'gsm8k'?)")
 
 
 def test_too_many_questions(invoke: Invoke, tmp_path: Path) -> None:
