@@ -557,8 +557,9 @@ def _first_difference(a: str, b: str) -> str:
 
 
 def render(v: Verification) -> str:
-    lines = [f"verify: experiment {v.experiment!r}, {len(v.arms)} arm run(s); agreement within a relative "
-             f"{REL_TOL:g} (absolute {ABS_TOL:g})"]
+    head = (f"verify: experiment {v.experiment!r}, {len(v.arms)} arm run(s); agreement within a relative "
+            f"{REL_TOL:g} (absolute {ABS_TOL:g})")
+    lines = [head]
     for a in v.arms:
         lines.append(f"{a.arm} (run {a.run_id[:8]}, {a.status}): {a.count(RECOMPUTED)} recomputed from raw data, "
                      f"{a.count(ARTIFACT)} compared with their artifact's summary, {len(a.disagreements)} disagree; "
