@@ -32,3 +32,14 @@ def test_a_change_outside_the_package_makes_the_state_dirty(tmp_path: Path) -> N
 
 def test_outside_a_checkout_the_state_is_unknown(tmp_path: Path) -> None:
     assert git_state(tmp_path) == "unknown"
+
+
+def test_the_study_file_hash_is_of_its_bytes(tmp_path: Path) -> None:
+    import hashlib
+
+    from quantrack.run.record import study_sha256
+    from quantrack.study import load_study
+
+    src = Path(__file__).resolve().parents[2] / "examples" / "cpu-smollm2.toml"
+    study = load_study(src)
+    assert study_sha256(study) == hashlib.sha256(src.read_bytes()).hexdigest()
