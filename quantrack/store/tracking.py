@@ -816,8 +816,19 @@ def git_revision() -> str:
     return _GIT_REV
 
 
+def torch_version() -> str:
+    """The installed torch's version from its package metadata (torch is never imported); ``unknown`` without it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "unknown (torch is not installed here)"
+
+
 def provenance_tags() -> dict[str, str]:
-    return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.HOSTNAME: socket.gethostname()}
+    return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.HOSTNAME: socket.gethostname(),
+            Tag.TORCH_VERSION: torch_version()}
 
 
 def flatten(prefix: str, data: Mapping[str, Any]) -> dict[str, str]:

@@ -43,3 +43,18 @@ def test_the_study_file_hash_is_of_its_bytes(tmp_path: Path) -> None:
     src = Path(__file__).resolve().parents[2] / "examples" / "cpu-smollm2.toml"
     study = load_study(src)
     assert study_sha256(study) == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_the_torch_version_comes_from_metadata_without_importing_torch() -> None:
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    from quantrack.store.tracking import torch_version
+
+    had = "torch" in sys.modules
+    try:
+        want = version("torch")
+    except PackageNotFoundError:
+        want = "unknown (torch is not installed here)"
+    assert torch_version() == want
+    assert ("torch" in sys.modules) == had
