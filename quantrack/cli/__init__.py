@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("quantrack.cli.run", "run", "Run a study: every arm preflighted, served, measured and logged to MLflow."),
     "log": ("quantrack.cli.log", "log", "Record results measured elsewhere as an MLflow arm run."),
     "compare": ("quantrack.cli.compare", "compare", "The study table from the tracking store (FILL IN where unmeasured)."),
+    "verify": ("quantrack.cli.verify", "verify", "Recompute every arm's stored figures from its own artifacts; name each that disagrees."),
     "audit": ("quantrack.cli.audit", "audit", "Find fleet nodes that silently fell back to a slower kernel."),
     "report": ("quantrack.cli.report", "report", "The decision: which arm to deploy under your SLOs and accuracy budget."),
     "sync": ("quantrack.cli.sync", "sync", "Upload runs spooled locally while the tracking server was unreachable."),

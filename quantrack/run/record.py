@@ -173,10 +173,20 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
         rec.param(Param.KL_BASELINE, study.baseline.name)
 
 
+def study_sha256(study: Study) -> str | None:
+    """SHA-256 of the study file as run (None when the study was not read from a file)."""
+    import hashlib
+
+    if not study.source or not Path(study.source).is_file():
+        return None
+    return hashlib.sha256(Path(study.source).read_bytes()).hexdigest()
+
+
 def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     arm, rep = out.arm, out.log_report
     for k, v in provenance_tags().items():
         rec.tag(k, v)
+    rec.tag(Tag.STUDY_SHA256, study_sha256(study))
     rec.tag(Tag.ROLE, "arm")
     if study.quick:
         rec.tag(Tag.QUICK, "true")
@@ -503,6 +513,7 @@ def study_record(study: Study, experiment: str, node: dict[str, Any]) -> RunReco
         rec.tag(Tag.QUICK, "true")
     for k, v in provenance_tags().items():
         rec.tag(k, v)
+    rec.tag(Tag.STUDY_SHA256, study_sha256(study))
     rec.tag(Tag.ROLE, "study")
     rec.tag(Tag.STUDY, study.name)
     rec.param(Param.STUDY, study.name)

@@ -230,7 +230,9 @@ class Tag:
     PARENT_UUID = "quantrack.parent_uuid"
     SPOOLED = "quantrack.spooled"
     VERSION = "quantrack.version"
-    GIT_REVISION = "quantrack.git_revision"
+    GIT_REVISION = "quantrack.git_revision"  # <sha>, <sha>-dirty (any tracked file of the repository differs), unknown
+    TORCH_VERSION = "quantrack.torch_version"  # the installed torch's version (package metadata; torch never imported)
+    STUDY_SHA256 = "quantrack.study_sha256"  # SHA-256 of the study file as run (its bytes when the run started)
     HOSTNAME = "quantrack.hostname"
     FACT = "quantrack.fact"  # a node-fact run's kind ("probe"): see NodeFact
     FLEET = "quantrack.fleet"  # "ray": the run belongs to a fleet study

@@ -814,27 +814,47 @@ def log_files_to_run(run_id: str, files: Mapping[str, Path], uri: str | None = N
 _GIT_REV: str | None = None
 
 
+def git_state(where: Path) -> str:
+    """``<sha>``, or ``<sha>-dirty`` when ANY tracked file of the repository holding ``where`` differs from that
+    commit (staged or not, anywhere in the tree, not only under ``where``); ``unknown`` outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+        rev = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+        if rev == "unknown":
+            return rev
+        top = subprocess.run(["git", "-C", str(where), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=5, check=False).stdout.strip() or str(where)
+        dirty = subprocess.run(["git", "-C", top, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=False)
+        if dirty.returncode != 0:
+            return f"{rev}-unknown-state"
+        return f"{rev}-dirty" if dirty.stdout.strip() else rev
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def git_revision() -> str:
-    """The quantrack checkout's git revision (``unknown`` when installed from a wheel)."""
+    """The quantrack checkout's git state (:func:`git_state`; ``unknown`` when installed from a wheel)."""
     global _GIT_REV
     if _GIT_REV is None:
-        here = Path(__file__).resolve().parent
-        try:
-            out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 timeout=5, check=False)
-            _GIT_REV = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
-            if _GIT_REV != "unknown":
-                dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no",
-                                        "--", "."], capture_output=True, text=True, timeout=5, check=False)
-                if dirty.returncode == 0 and dirty.stdout.strip():
-                    _GIT_REV += "-dirty"
-        except (OSError, subprocess.SubprocessError):
-            _GIT_REV = "unknown"
+        _GIT_REV = git_state(Path(__file__).resolve().parent)
     return _GIT_REV
 
 
+def torch_version() -> str:
+    """The installed torch's version from its package metadata (torch is never imported); ``unknown`` without it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "unknown (torch is not installed here)"
+
+
 def provenance_tags() -> dict[str, str]:
-    return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.HOSTNAME: socket.gethostname()}
+    return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.HOSTNAME: socket.gethostname(),
+            Tag.TORCH_VERSION: torch_version()}
 
 
 def flatten(prefix: str, data: Mapping[str, Any]) -> dict[str, str]:
