@@ -328,6 +328,44 @@ def simulate(delta: float, discordance: float, budget: float, *, runs: int, max_
     }
 
 
-__all__ = ["FIXED", "METHODS", "SEQUENTIAL", "VERDICTS", "BudgetVerdict", "SequentialMonitor", "fixed_verdict",
+PLAN_PRIORS = ((0.0, 0.03), (0.0, 0.05), (0.0, 0.08), (0.0, 0.11), (-0.03, 0.11))  # (Δ, discordance), fractions
+
+
+def expected_questions(delta: float, discordance: float, budget: float, alpha: float = ALPHA) -> int | None:
+    """Questions the sequential test is expected to need to settle at a true Δ and discordance (fractions): Wald's
+    approximation log(2/α) / g, g the best constant bet's growth rate per question toward the side Δ lies on (a
+    planning figure, derived; None when the test cannot settle: Δ exactly on the line)."""
+    _check(budget, alpha)
+    if not (0 <= discordance <= 1 and abs(delta) <= discordance):
+        raise ValueError("need |delta| <= discordance <= 1")
+    m = -budget
+    p_plus, p_minus = (discordance + delta) / 2, (discordance - delta) / 2
+    g = growth_rate(p_minus, 1 - discordance, p_plus, m, upward=delta > m)
+    return math.ceil(math.log(2 / alpha) / g) if g > 1e-12 else None
+
+
+def plan_lines(budget: float, pool: int, arms: list[str], alpha: float = ALPHA) -> list[str]:
+    """``preflight --study``'s budget plan: expected questions per arm to settle, under stated priors (derived)."""
+    out = [f"budget plan (derived, Wald's approximation for the sequential test at {1 - alpha:.0%}): a "
+           f"{budget * 100:g}-point budget, pool {pool:,} questions;",
+           f"  the baseline answers all {pool:,}; each of {', '.join(arms) or 'no other arm'} stops when settled.",
+           "  Expected questions per arm under stated priors:"]
+    for d, disc in PLAN_PRIORS:
+        n = expected_questions(d, disc, budget, alpha)
+        if n is None:
+            fits = "never settles"
+        elif n <= 0.6 * pool:
+            fits = f"{n:,} (inside the pool)"
+        elif n <= pool:
+            fits = f"{n:,} (close to the pool: 'undecided' is likely in many runs)"
+        else:
+            fits = f"{n:,} (more than the pool: expect 'undecided')"
+        out.append(f"  true Δ {d * 100:+.1f} pts, discordance {disc:.0%}: {fits}")
+    out.append("  (discordance: the share of questions two runs answer differently; two bf16 servers of one "
+               "configuration ~3%, a quantized arm more: measure it with a short run and `eval compare`)")
+    return out
+
+
+__all__ = ["FIXED", "METHODS", "SEQUENTIAL", "VERDICTS", "BudgetVerdict", "PLAN_PRIORS", "SequentialMonitor", "expected_questions", "plan_lines", "fixed_verdict",
            "growth_rate",
            "paired_differences", "sequential_verdict", "simulate"]

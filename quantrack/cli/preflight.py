@@ -163,6 +163,22 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
     return "\n".join(out)
 
 
+def _budget_plan(path: str) -> list[str]:
+    """With [eval] budget: the expected questions per arm to settle (derived), before anyone rents a GPU."""
+    from quantrack.study import load_study
+
+    study = load_study(path)
+    if study.eval.budget is None:
+        return []
+    from quantrack.accuracy.budget import plan_lines
+    from quantrack.accuracy.gsm8k import pool_size
+    from quantrack.constraints import parse_accuracy_drop
+
+    pool = min(study.eval.num_questions, pool_size(study.eval.task or "gsm8k", study.eval.num_shots))
+    others = [a.name for a in study.arms if not a.baseline]
+    return [""] + plan_lines(parse_accuracy_drop(study.eval.budget, "[eval] budget"), pool, others)
+
+
 @click.command("preflight")
 @click.option("--gpu", metavar="NAME|auto", help="Catalog GPU name, or 'auto' for every GPU NVML sees on this node.")
 @setting_option(EngineSpec, "kind", name="engine", default=None, help="Engine (default vllm, or the study's).")
@@ -191,4 +207,6 @@ def preflight(ctx: click.Context, **opts: Any) -> None:
     req = build_request(opts)
     report = run_preflight(req)
     click.echo(render_report(report, opts["fmt"], opts["strict"]))
+    if opts.get("study") and opts["fmt"] == "table":
+        click.echo("\n".join(_budget_plan(opts["study"])))
     ctx.exit(report.exit_code(opts["strict"]))

@@ -220,3 +220,34 @@ def test_eval_compare_budget_json_and_sequential(tmp_path: Path, invoke) -> None
     assert code == 2 and err.count("\n") == 1 and "--budget" in err
     code, _, err = invoke("eval", "compare", str(b), str(a), "--budget", "1%")
     assert code == 2 and err.count("\n") == 1 and "percentage points" in err
+
+
+def test_expected_questions_agrees_with_the_simulation() -> None:
+    """The planning figure (Wald) lands near the simulated median where most runs settle (5% discordance, Δ = 0),
+    is smaller for a larger true loss, and is None exactly on the budget line."""
+    from quantrack.accuracy.budget import expected_questions, simulate
+
+    planned = expected_questions(0.0, 0.05, 0.01)
+    sim = simulate(0.0, 0.05, 0.01, runs=200, max_questions=20_000, seed=3)
+    assert planned is not None and sim["median_questions"] is not None
+    assert 0.7 * sim["median_questions"] <= planned <= 1.3 * sim["median_questions"], (planned, sim)
+    assert expected_questions(-0.03, 0.11, 0.01) < expected_questions(0.0, 0.11, 0.01)  # type: ignore[operator]
+    assert expected_questions(-0.01, 0.05, 0.01) is None
+
+
+def test_preflight_prints_the_budget_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    from quantrack.cli import main
+
+    study = Path(__file__).parents[2] / "examples/gpu/h200-qwen2.5-coder-1.5b-budget-vllm.toml"
+    try:
+        main(["preflight", "--study", str(study), "--gpu", "H200"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+
+    class R:
+        output = capsys.readouterr().out
+
+    res = R
+    assert "budget plan (derived" in res.output and "pool 8,787 questions" in res.output
+    assert "each of bf16-again, fp8, kv-int8-per-token-head, kv-fp8-calibrated stops when settled" in res.output
+    assert "true Δ +0.0 pts, discordance 11%: " in res.output
