@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     b = a.budget_pp / 100
     cells = [(d, disc) for disc in (0.03, 0.05, 0.08, 0.11, 0.15) for d in (0.0, -b, -0.03) if abs(d) <= disc]
-    print(f"| true Δ | discordance | within | exceeds | undecided | median questions (settled runs) | 90th pct |")
+    print("| true Δ | discordance | within | exceeds | undecided | median questions (settled runs) | 90th pct |")
     print("|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
     for d, disc in cells:

@@ -346,8 +346,8 @@ def expected_questions(delta: float, discordance: float, budget: float, alpha: f
 
 def plan_lines(budget: float, pool: int, arms: list[str], alpha: float = ALPHA) -> list[str]:
     """``preflight --study``'s budget plan: expected questions per arm to settle, under stated priors (derived)."""
-    out = [f"budget plan (derived, Wald's approximation for the sequential test at {1 - alpha:.0%}): a "
-           f"{budget * 100:g}-point budget, pool {pool:,} questions;",
+    out = [(f"budget plan (derived, Wald's approximation for the sequential test at {1 - alpha:.0%}): a "
+            f"{budget * 100:g}-point budget, pool {pool:,} questions;"),
            f"  the baseline answers all {pool:,}; each of {', '.join(arms) or 'no other arm'} stops when settled.",
            "  Expected questions per arm under stated priors:"]
     for d, disc in PLAN_PRIORS:
@@ -366,6 +366,19 @@ def plan_lines(budget: float, pool: int, arms: list[str], alpha: float = ALPHA) 
     return out
 
 
-__all__ = ["FIXED", "METHODS", "SEQUENTIAL", "VERDICTS", "BudgetVerdict", "PLAN_PRIORS", "SequentialMonitor", "expected_questions", "plan_lines", "fixed_verdict",
-           "growth_rate",
-           "paired_differences", "sequential_verdict", "simulate"]
+__all__ = [
+    "FIXED",
+    "METHODS",
+    "PLAN_PRIORS",
+    "SEQUENTIAL",
+    "VERDICTS",
+    "BudgetVerdict",
+    "SequentialMonitor",
+    "expected_questions",
+    "fixed_verdict",
+    "growth_rate",
+    "paired_differences",
+    "plan_lines",
+    "sequential_verdict",
+    "simulate",
+]
