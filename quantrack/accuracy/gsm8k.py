@@ -27,12 +27,13 @@ functions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -649,23 +650,32 @@ def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: di
              style: str, max_tokens: int, temperature: float, seed: int, model: str | None, concurrency: int,
              writer: RecordWriter | None, records: dict[int, QuestionRecord], progress: ProgressFn | None,
              already: int, total: int, stop_rule: Callable[[QuestionRecord], bool] | None = None) -> None:
+    asks = (functools.partial(_ask_one, client, qid, prompts[qid], shot_ids[qid], golds[qid], style=style,
+                              max_tokens=max_tokens, temperature=temperature, seed=seed, model=model) for qid in todo)
+    ask_in_flight(asks, concurrency=concurrency, writer=writer, records=records, progress=progress,
+                  already=already, total=total, stop_rule=stop_rule, name="gsm8k")
+
+
+def ask_in_flight(asks: Iterable[Callable[[], QuestionRecord]], *, concurrency: int, writer: RecordWriter | None,
+                  records: dict[Any, QuestionRecord], progress: ProgressFn | None, already: int, total: int,
+                  stop_rule: Callable[[QuestionRecord], bool] | None = None, name: str = "ask") -> None:
+    """Run the asks with at most ``concurrency`` in flight, the next sent when one returns; each record is written
+    the moment it returns. A ``stop_rule`` that settles sends nothing more: only what is already in flight is still
+    answered (and recorded). On Ctrl-C what has not started is dropped; finished records are already on disk."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
     errors = 0
     finished = already
     if progress:
         progress(finished, total, errors)
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gsm8k")
-    # at most `concurrency` questions in flight, the next sent when one returns: a stop rule that settles sends
-    # nothing more, and only the questions already in flight are still answered (and recorded)
-    pending = iter(todo)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=name)
+    pending = iter(asks)
     inflight: set[Future[QuestionRecord]] = set()
 
     def send_next() -> None:
-        qid = next(pending, None)
-        if qid is not None:
-            inflight.add(pool.submit(_ask_one, client, qid, prompts[qid], shot_ids[qid], golds[qid], style=style,
-                                     max_tokens=max_tokens, temperature=temperature, seed=seed, model=model))
+        ask = next(pending, None)
+        if ask is not None:
+            inflight.add(pool.submit(ask))
 
     try:
         for _ in range(concurrency):
@@ -684,11 +694,10 @@ def _ask_all(client: Any, todo: list[int], prompts: dict[int, str], shot_ids: di
                 if progress:
                     progress(finished, total, errors)
                 if not stopped and stop_rule is not None and stop_rule(rec):
-                    stopped = True  # settled: send nothing more; what is in flight is still recorded
+                    stopped = True
                 if not stopped:
                     send_next()
     finally:
-        # on Ctrl-C: drop what has not started; finished records are already on disk
         pool.shutdown(wait=True, cancel_futures=True)
 
 

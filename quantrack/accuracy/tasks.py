@@ -250,27 +250,14 @@ def _ask_all(client: Any, todo: list[dict[str, Any]], hashes: dict[str, str], sc
              settings: dict[str, Any], writer: RecordWriter | None, records: dict[Any, QuestionRecord],
              progress: ProgressFn | None, already: int, total: int, *, chat: bool, stops: list[str],
              model: str | None) -> None:
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    import functools
 
-    errors, finished = 0, already
-    if progress:
-        progress(finished, total, errors)
-    with ThreadPoolExecutor(max_workers=settings["concurrency"], thread_name_prefix="task") as pool:
-        futures = [pool.submit(_ask_one, client, it, hashes[it["id"]], score_fn, settings, chat=chat, stops=stops,
-                               model=model) for it in todo]
-        try:
-            for fut in as_completed(futures):
-                rec = fut.result()
-                records[rec.id] = rec
-                if writer is not None:
-                    writer.write(rec)
-                finished += 1
-                errors += 0 if rec.answered else 1
-                if progress:
-                    progress(finished, total, errors)
-        finally:
-            for fut in futures:
-                fut.cancel()
+    from quantrack.accuracy.gsm8k import ask_in_flight
+
+    asks = (functools.partial(_ask_one, client, it, hashes[it["id"]], score_fn, settings, chat=chat, stops=stops,
+                              model=model) for it in todo)
+    ask_in_flight(asks, concurrency=settings["concurrency"], writer=writer, records=records, progress=progress,
+                  already=already, total=total, name="task")
 
 
 def _ask_one(client: Any, item: dict[str, Any], sha: str, score_fn: Any, settings: dict[str, Any], *, chat: bool,
