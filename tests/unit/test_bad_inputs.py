@@ -130,6 +130,16 @@ STUDY_EDITS: list[tuple[str, tuple[str, str], str]] = [
     ("slo-long-digits", ('"tpot_p90<=60ms@4"', '"tpot_p90<=' + "1" * 100000 + 'ms@4"'), "at most 200"),
     ("budget-long-digits", ('max_accuracy_drop = "1pp"', 'max_accuracy_drop = "' + "1" * 100000 + 'pp"'),
      "at most 200"),
+    # keys added for the budget verdict (#37): pools, order, budget
+    ("eval-task-unknown-pool", ('task = "gsm8k"', 'task = "gsm8k-bogus"'), "gsm8k-bogus"),
+    ("eval-order-unknown", ('task = "gsm8k"', 'task = "gsm8k"\norder = "random"'), "order"),
+    ("eval-budget-words", ('task = "gsm8k"', 'task = "gsm8k"\norder = "shuffled"\nbudget = "lots"'), "budget"),
+    ("eval-budget-negative", ('task = "gsm8k"', 'task = "gsm8k"\norder = "shuffled"\nbudget = "-1pp"'), "budget"),
+    ("eval-budget-natural-order", ('task = "gsm8k"', 'task = "gsm8k"\nbudget = "1pp"'), "shuffled"),
+    ("eval-pool-past-test-split", ("num_questions = 10 ", "num_questions = 1320 "), "the gsm8k pool has 1319"),
+    ("eval-pool-past-all", ('task = "gsm8k"\nnum_questions = 10 ', 'task = "gsm8k-all"\nnum_questions = 8788 '),
+     "the gsm8k-all pool has 8787"),
+    ("eval-train-pool-lm-eval", ('task = "gsm8k"', 'task = "gsm8k-train"\nstyle = "lm-eval"'), "style"),
 ]
 # (id, argv, words). Placeholders: {bin} a binary file, {missing} a path that does not exist, {nodir} a
 # path in a folder that does not exist, {file} an existing text file, {study} the CPU study, {garbage} a
@@ -220,6 +230,13 @@ CASES: list[tuple[str, list[str], str]] = [
      "concurrency"),
     # eval and its sub-commands
     ("eval-task-mmlu", ["eval", "--task", "mmlu", "--base-url", "{closed}"], "mmlu"),
+    ("eval-order-unknown", ["eval", "--order", "random", "--base-url", "{closed}"], "--order"),
+    ("eval-pool-past-test", ["eval", "--num-questions", "2000", "--base-url", "{closed}"], "--num-questions"),
+    ("eval-train-pool-lm-eval", ["eval", "--task", "gsm8k-all", "--style", "lm-eval", "--base-url", "{closed}"],
+     "first_n"),
+    ("eval-compare-budget-words", ["eval", "compare", "{file}", "{file}", "--budget", "lots"], "--budget"),
+    ("eval-compare-sequential-alone", ["eval", "compare", "{file}", "{file}", "--sequential"], "--budget"),
+    ("compare-budget-negative", ["compare", "--experiment", "x", "--budget", "-3pp"], "--budget"),
     ("eval-timeout-neg", ["eval", "--base-url", "{closed}", "--timeout", "-1"], "--timeout"),
     ("eval-num-questions-neg", ["eval", "--base-url", "{closed}", "--num-questions", "-4"], "--num-questions"),
     ("eval-output-nodir", ["eval", "--base-url", "{closed}", "--output", "{nodir}"], "--output"),
