@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.run.schema import (
+    LEVEL_FIGURES,
     SWEEP_LEVEL,
     Artifact,
     Metric,
@@ -427,22 +428,8 @@ def _verify_log(a: _Arm) -> None:
 # --- the sweep ------------------------------------------------------------------------------------------------
 
 # per level: (metric figure, where in the artifact row); compared with the artifact (summaries of unstored samples)
-_SWEEP_ARTIFACT = (
-    ("tpot_ms_p50", ("tpot_p50_ms",)), ("ttft_ms_p50", ("ttft_p50_ms",)),
-    ("tpot_ms_p95", ("tpot_ms", "p95")), ("ttft_ms_p95", ("ttft_ms", "p95")), ("e2e_ms_p95", ("e2e_ms", "p95")),
-    ("tpot_ms_p99", ("tpot_ms", "p99")), ("ttft_ms_p99", ("ttft_ms", "p99")),
-    ("goodput_rps", ("goodput", "request_s")), ("goodput_tps", ("goodput", "output_tok_s")),
-    ("goodput_fraction", ("goodput", "fraction")),
-    ("output_tps_ci_low", ("repeat_stats", "output_tok_s", "ci95_low")),
-    ("output_tps_ci_high", ("repeat_stats", "output_tok_s", "ci95_high")),
-    ("engine_kv_usage_max", ("server_metrics", "kv_usage_max")),
-    ("engine_running_max", ("server_metrics", "running_max")),
-    ("engine_waiting_max", ("server_metrics", "waiting_max")),
-    ("engine_preemptions", ("server_metrics", "preemptions")),
-    ("engine_prefix_hit_rate", ("server_metrics", "prefix_cache_hit_rate")),
-    ("engine_busy_slots_max", ("server_metrics", "busy_slots_max")),
-    ("achieved_rate", ("achieved_rate",)),
-)
+_SWEEP_ARTIFACT = (("tpot_ms_p50", ("tpot_p50_ms",)), ("ttft_ms_p50", ("ttft_p50_ms",)),
+                   *LEVEL_FIGURES, ("achieved_rate", ("achieved_rate",)))  # the writer's table, one spelling
 
 
 def _dig(row: Any, path: tuple[str, ...]) -> float | None:

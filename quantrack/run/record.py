@@ -408,21 +408,7 @@ def _latency_row_metrics(rec: RunRecord, row: dict[str, Any] | None) -> None:
 
 
 
-# per level: (metric figure, where in the row); every one measured (engine_*: by the engine, scraped)
-_LEVEL_FIGURES = (
-    ("tpot_ms_p95", ("tpot_ms", "p95")), ("ttft_ms_p95", ("ttft_ms", "p95")), ("e2e_ms_p95", ("e2e_ms", "p95")),
-    ("tpot_ms_p99", ("tpot_ms", "p99")), ("ttft_ms_p99", ("ttft_ms", "p99")),
-    ("goodput_rps", ("goodput", "request_s")), ("goodput_tps", ("goodput", "output_tok_s")),
-    ("goodput_fraction", ("goodput", "fraction")),
-    ("output_tps_ci_low", ("repeat_stats", "output_tok_s", "ci95_low")),
-    ("output_tps_ci_high", ("repeat_stats", "output_tok_s", "ci95_high")),
-    ("engine_kv_usage_max", ("server_metrics", "kv_usage_max")),
-    ("engine_running_max", ("server_metrics", "running_max")),
-    ("engine_waiting_max", ("server_metrics", "waiting_max")),
-    ("engine_preemptions", ("server_metrics", "preemptions")),
-    ("engine_prefix_hit_rate", ("prefix_cache_hit_rate",)),  # engine /metrics, else its per-request counts
-    ("engine_busy_slots_max", ("server_metrics", "busy_slots_max")),
-)
+_LEVEL_FIGURES = schema.LEVEL_FIGURES
 
 
 def _dig(row: Any, path: tuple[str, ...]) -> float | None:

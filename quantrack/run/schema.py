@@ -349,3 +349,20 @@ def plot(name: str) -> str:
 
 DERIVED_METRICS = (Metric.KV_TOKENS_PREDICTED, Metric.CAPACITY_ERROR_PCT, Metric.KV_MIB_PREDICTED, Metric.KV_MIB_ERROR_PCT,
                    Metric.TPOT_VS_SERVER_PCT, Metric.GSM8K_DELTA_VS_BASELINE)
+
+
+# per level: (metric figure, where in the row); every one measured (engine_*: by the engine, scraped)
+LEVEL_FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tpot_ms_p95", ("tpot_ms", "p95")), ("ttft_ms_p95", ("ttft_ms", "p95")), ("e2e_ms_p95", ("e2e_ms", "p95")),
+    ("tpot_ms_p99", ("tpot_ms", "p99")), ("ttft_ms_p99", ("ttft_ms", "p99")),
+    ("goodput_rps", ("goodput", "request_s")), ("goodput_tps", ("goodput", "output_tok_s")),
+    ("goodput_fraction", ("goodput", "fraction")),
+    ("output_tps_ci_low", ("repeat_stats", "output_tok_s", "ci95_low")),
+    ("output_tps_ci_high", ("repeat_stats", "output_tok_s", "ci95_high")),
+    ("engine_kv_usage_max", ("server_metrics", "kv_usage_max")),
+    ("engine_running_max", ("server_metrics", "running_max")),
+    ("engine_waiting_max", ("server_metrics", "waiting_max")),
+    ("engine_preemptions", ("server_metrics", "preemptions")),
+    ("engine_prefix_hit_rate", ("prefix_cache_hit_rate",)),  # engine /metrics, else its per-request counts
+    ("engine_busy_slots_max", ("server_metrics", "busy_slots_max")),
+)
