@@ -253,6 +253,19 @@ def _capacity_cell(r: ArmRun) -> str:
     return FILL
 
 
+def _delta_cells(r: ArmRun, base: ArmRun | None, is_base: bool, acc: float | None,
+                 base_acc: float | None) -> tuple[str, str, PairedTest | None]:
+    """The Δ cell, the paired-test cell and the test behind them (None where none was run)."""
+    if is_base:
+        return BASELINE_CELL, "—", None
+    if base is None:
+        return "n/a: no baseline", "n/a: no baseline", None
+    if acc is None or base_acc is None:
+        return FILL, FILL, None
+    pt = paired_test(base, r)
+    return f"{(acc - base_acc) * 100:+.1f} pts", pt.cell, pt
+
+
 def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str | None = None,
                 prices: PriceTable | str | Path | None = None, budget: float | None = None) -> CompareTable:
     """Rows for every arm of the experiment, in the order the arms were first run.
@@ -277,18 +290,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
         lat_flag = " ⚠" if r.contention_of("latency").state == ContentionState.YES else ""
         if cost_info is not None and r.contention_of("sweep").state == ContentionState.YES:
             cost = f"{cost} ⚠"
-        pt: PairedTest | None = None
-        if arm == base_name:
-            delta = BASELINE_CELL
-            test = "—"
-        elif base is None:
-            delta, test = "n/a: no baseline", "n/a: no baseline"
-        elif acc is None or base_acc is None:
-            delta, test = FILL, FILL
-        else:
-            delta = f"{(acc - base_acc) * 100:+.1f} pts"
-            pt = paired_test(base, r)
-            test = pt.cell
+        delta, test, pt = _delta_cells(r, base, arm == base_name, acc, base_acc)
         test_info = pt.to_dict() if pt is not None else None
         budget_cell, budget_info = _budget(r, pt, budget, arm == base_name)
         if budget_info is not None and budget_info.get("verdict") == "within" and r.fallback.state == FallbackState.YES:

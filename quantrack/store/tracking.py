@@ -254,12 +254,14 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
         with tempfile.TemporaryDirectory(prefix="quantrack-art-") as tmp:
             _materialize(rec, Path(tmp), files_root)
             client.log_artifacts(run_id, tmp)
-    _log_batch(client, run_id, tags=[RunTag(TAG_COMPLETE, "true")])  # last: the run is whole
     if rec.status != "RUNNING":
+        # the status before the completeness tag: a process killed between the two left a run marked whole but
+        # RUNNING, and `sync` then skipped the spooled KILLED record as "already on the server"
         # MLflow prints "View run ... at: URL" on stdout for a server store; stdout is the command's output,
         # and the URL may carry user:password
         with contextlib.redirect_stdout(_redacted_stderr()):
             client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
+    _log_batch(client, run_id, tags=[RunTag(TAG_COMPLETE, "true")])  # last: the run is whole
     return str(run_id)
 
 
@@ -525,7 +527,16 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
                 existing = find_run_by_uuid(client, exp_id, rec.uuid)
                 if existing is not None and existing.data.tags.get(TAG_COMPLETE) == "true":
                     result.skipped.append(rec.uuid)
-                    say(f"skip {rec.run_name} ({rec.uuid[:8]}): already on {target} as {existing.info.run_id}")
+                    ended = ""
+                    if existing.info.status == "RUNNING" and rec.status != "RUNNING":
+                        # whole on the server but never ended (a store written by an older quantrack, killed
+                        # between its last tag and its status): the spooled record's status is the later word
+                        with contextlib.redirect_stdout(_redacted_stderr()):
+                            client.set_terminated(existing.info.run_id, rec.status,
+                                                  end_time=rec.end_ms or now_ms())
+                        ended = f"; its status set {rec.status} (it was RUNNING)"
+                    say(f"skip {rec.run_name} ({rec.uuid[:8]}): already on {target} as {existing.info.run_id}"
+                        + ended)
                 else:
                     if existing is not None:  # a half-uploaded run from an interrupted attempt
                         client.delete_run(existing.info.run_id)

@@ -397,3 +397,40 @@ def test_a_link_inside_a_spool_entry_is_never_uploaded(tmp_path: Path, monkeypat
     assert "is a symbolic link" in result.failed[0][1] and "b.txt" in result.failed[0][1]
     assert not (tmp_path / "store").exists() or "PRIVATE KEY" not in "".join(
         p.read_text(errors="replace") for p in (tmp_path / "store").rglob("*") if p.is_file() and p.suffix != ".db")
+
+
+@pytest.mark.slow  # a real MLflow store: seconds
+def test_sync_ends_a_whole_run_left_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI flake of test_double_sigint…_in_a_loop: the second Ctrl-C landed after the arm's run was marked whole
+    but before its status was set; `sync` skipped the spooled KILLED record and the arm stayed RUNNING. Now the
+    status is set before the completeness tag, and `sync` ends a whole run that is still RUNNING with the spooled
+    record's status."""
+    from quantrack.store.tracking import _client, experiment_id, find_run_by_uuid, upload
+
+    monkeypatch.setenv("QUANTRACK_SPOOL_DIR", str(tmp_path / "spool"))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    rec = _record("q8_0")
+    rec.status = "RUNNING"
+    Tracker(uri, rec.experiment).log(rec)  # a whole run, RUNNING: what the killed process left
+    client = _client(uri)
+    exp_id = experiment_id(client, rec.experiment, uri)
+    assert find_run_by_uuid(client, exp_id, rec.uuid).info.status == "RUNNING"
+    rec.status, rec.end_ms = "KILLED", rec.start_ms + 1000
+    spool_record(rec, uri, "forced exit")
+    res = sync_spool()
+    assert res.skipped == [rec.uuid] and not res.failed
+    run = find_run_by_uuid(client, exp_id, rec.uuid)
+    assert run.info.status == "KILLED" and run.info.end_time == rec.end_ms
+    # and a fresh upload of a terminal record is ended before it is marked whole
+    other = _record("fp8")
+    other.status, other.end_ms = "FAILED", other.start_ms + 5
+    calls: list[str] = []
+    real_term = client.set_terminated
+    monkeypatch.setattr(client, "set_terminated", lambda *a, **k: (calls.append("status"), real_term(*a, **k)))
+    import quantrack.store.tracking as tr
+    real_batch = tr._log_batch
+    monkeypatch.setattr(tr, "_log_batch", lambda c, rid, **k: (
+        calls.append("complete") if any(t.key == tr.TAG_COMPLETE for t in k.get("tags") or []) else None,
+        real_batch(c, rid, **k))[-1])
+    upload(client, exp_id, other, None)
+    assert calls == ["status", "complete"]
