@@ -21,11 +21,15 @@ import click
 @click.option("--budget", default=None, metavar="PP",
               help="Accuracy budget such as 1pp: a Budget column (within / exceeds / undecided, per arm at 95%): the "
                    "study's sequential verdict where it judged this budget, else fixed-n on the paired records.")
+@click.option("--allow-model-mismatch", is_flag=True,
+              help="Pair arms whose source models differ (their recorded quantrack.model_source_sha256); by default "
+                   "their Δ and paired test read n/a.")
 @click.option("--tracking-uri", default=None, metavar="URI", help="MLflow store (default as `quantrack run`).")
 @click.option("--timeout", type=float, default=None, metavar="SECONDS",
               help="Seconds one request to a tracking server may take (default 60; $MLFLOW_HTTP_REQUEST_TIMEOUT).")
 def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None, gpu: str | None,
-            wide: bool, budget: str | None, tracking_uri: str | None, timeout: float | None) -> None:
+            wide: bool, budget: str | None, allow_model_mismatch: bool, tracking_uri: str | None,
+            timeout: float | None) -> None:
     """One row per arm (its newest finished run; skipped re-runs are counted in a footnote): weights,
     capacity (reported and predicted), KV MiB, batch-1 TPOT, derived $ per 1M output tokens at the highest
     measured sweep concurrency, GSM8K with its 95% Wilson interval, Δ vs baseline with the paired McNemar
@@ -43,4 +47,5 @@ def compare(experiment: str, baseline: str | None, fmt: str, prices: str | None,
     if wide and fmt != "table":
         raise BadInput(f"--wide applies to --format table (md, csv and json always hold every column), "
                        f"not --format {fmt}")
-    click.echo(render_many(compare_by_gpu(experiment, baseline, tracking_uri, prices, gpu, frac), fmt, wide), nl=False)
+    click.echo(render_many(compare_by_gpu(experiment, baseline, tracking_uri, prices, gpu, frac,
+                                                allow_model_mismatch), fmt, wide), nl=False)

@@ -66,6 +66,8 @@ class Configuration:
     hostname: str | None
     compute_capability: str | None
     mig: str | None
+    model_sha256: str | None = None  # the weights loaded (quantrack.models.weights); None: not recorded
+    model_source_sha256: str | None = None  # the model they were made from
 
     @property
     def kv_shown(self) -> str | None:
@@ -224,7 +226,8 @@ def arm_run(r: RunRow) -> ArmRun:
             kv_cache_dtype_effective=p.get(Param.KV_CACHE_DTYPE_EFFECTIVE), quantization=p.get(Param.QUANTIZATION),
             engine=p.get(Param.ENGINE), engine_version=p.get(Param.ENGINE_VERSION), gpu_name=p.get(Param.GPU_NAME),
             gpu_catalog=p.get(Param.GPU_CATALOG), tp=p.get(Param.TP), hostname=p.get(Param.HOSTNAME),
-            compute_capability=p.get(Param.COMPUTE_CAPABILITY), mig=p.get(Param.MIG)),
+            compute_capability=p.get(Param.COMPUTE_CAPABILITY), mig=p.get(Param.MIG),
+            model_sha256=t.get(Tag.MODEL_SHA256), model_source_sha256=t.get(Tag.MODEL_SOURCE_SHA256)),
         verdict=verdict, rule_ids=tuple(i for i in (t.get(Tag.RULE_IDS) or "").split(",") if i),
         baseline_tag=t.get(Tag.BASELINE) == "true", quick=t.get(Tag.QUICK) == "true",
         # a negative size is not one: stores logged before SGLang's negative 'mem usage' was refused hold one
@@ -362,13 +365,25 @@ class PairedTest:
                 "delta_paired": pc.delta, "delta_ci_low": pc.delta_ci_low, "delta_ci_high": pc.delta_ci_high}
 
 
-def paired_test(base: ArmRun, arm: ArmRun) -> PairedTest:
-    """Exact McNemar on the questions both runs answered, from their per-question outcomes."""
+def model_mismatch(base: ArmRun, arm: ArmRun) -> str | None:
+    """Why two runs are of different models (their source digests differ), None when they are not known to be."""
+    a, b = base.config.model_source_sha256, arm.config.model_source_sha256
+    if a and b and a != b:
+        return f"different source models ({a[:12]} vs {b[:12]})"
+    return None
+
+
+def paired_test(base: ArmRun, arm: ArmRun, *, allow_model_mismatch: bool = False) -> PairedTest:
+    """Exact McNemar on the questions both runs answered, from their per-question outcomes. Runs of different
+    source models (their ``quantrack.model_source_sha256`` differ) are not paired unless ``allow_model_mismatch``."""
     from quantrack.accuracy.stats import compare_counts, outcome_counts
 
     sb, sa = base.accuracy.outcomes, arm.accuracy.outcomes
     if sb is None or sa is None:
         return PairedTest(NO_RECORDS)
+    why = model_mismatch(base, arm)
+    if why and not allow_model_mismatch:
+        return PairedTest(f"n/a: {why}; --allow-model-mismatch pairs them")
     db, da = base.accuracy.data_sha256, arm.accuracy.data_sha256
     if db and da and db != da:
         return PairedTest("n/a: different question sets")

@@ -31,6 +31,7 @@ from quantrack.report.armrun import (
     arm_set,
     as_arm_runs,
     by_gpu,
+    model_mismatch,
     paired_test,
 )
 from quantrack.run.schema import HYGIENE_STEPS, ContentionState, FallbackState, Metric, RunStatus, Tag
@@ -254,20 +255,26 @@ def _capacity_cell(r: ArmRun) -> str:
 
 
 def _delta_cells(r: ArmRun, base: ArmRun | None, is_base: bool, acc: float | None,
-                 base_acc: float | None) -> tuple[str, str, PairedTest | None]:
-    """The Δ cell, the paired-test cell and the test behind them (None where none was run)."""
+                 base_acc: float | None, allow_model_mismatch: bool = False) -> tuple[str, str, PairedTest | None]:
+    """The Δ cell, the paired-test cell and the test behind them (None where none was run). Two runs of different
+    source models are not compared unless ``allow_model_mismatch``."""
     if is_base:
         return BASELINE_CELL, "—", None
     if base is None:
         return "n/a: no baseline", "n/a: no baseline", None
     if acc is None or base_acc is None:
         return FILL, FILL, None
-    pt = paired_test(base, r)
+    why = model_mismatch(base, r)
+    if why and not allow_model_mismatch:
+        cell = f"n/a: {why}; --allow-model-mismatch pairs them"
+        return cell, cell, None
+    pt = paired_test(base, r, allow_model_mismatch=allow_model_mismatch)
     return f"{(acc - base_acc) * 100:+.1f} pts", pt.cell, pt
 
 
 def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str | None = None,
-                prices: PriceTable | str | Path | None = None, budget: float | None = None) -> CompareTable:
+                prices: PriceTable | str | Path | None = None, budget: float | None = None,
+                allow_model_mismatch: bool = False) -> CompareTable:
     """Rows for every arm of the experiment, in the order the arms were first run.
 
     ``prices``: a PriceTable or a prices TOML (``--prices FILE``); None: the shipped rules/prices.toml."""
@@ -290,7 +297,7 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
         lat_flag = " ⚠" if r.contention_of("latency").state == ContentionState.YES else ""
         if cost_info is not None and r.contention_of("sweep").state == ContentionState.YES:
             cost = f"{cost} ⚠"
-        delta, test, pt = _delta_cells(r, base, arm == base_name, acc, base_acc)
+        delta, test, pt = _delta_cells(r, base, arm == base_name, acc, base_acc, allow_model_mismatch)
         test_info = pt.to_dict() if pt is not None else None
         budget_cell, budget_info = _budget(r, pt, budget, arm == base_name)
         if budget_info is not None and budget_info.get("verdict") == "within" and r.fallback.state == FallbackState.YES:
@@ -682,7 +689,7 @@ def _mark_running(table: CompareTable, experiment: str, uri: str | None) -> Comp
 
 def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None = None,
                    prices: str | Path | None = None, gpu: str | None = None,
-                   budget: float | None = None) -> list[CompareTable]:
+                   budget: float | None = None, allow_model_mismatch: bool = False) -> list[CompareTable]:
     """One table per GPU in the experiment (a fleet study runs the same arms on several GPU types: each GPU's
     arms are compared against that GPU's baseline); a single-GPU experiment gives the one usual table.
     ``gpu`` keeps only that GPU's runs (matched case-insensitively against the names the runs logged)."""
@@ -700,10 +707,10 @@ def compare_by_gpu(experiment: str, baseline: str | None = None, uri: str | None
                            f"GPUs: {', '.join(sorted(groups))}")
         groups = {match[0]: groups[match[0]]}
     if len(groups) == 1:
-        return [_mark_running(build_table(experiment, next(iter(groups.values())), baseline, price_table, budget),
-                              experiment, uri)]
-    return [_mark_running(build_table(f"{experiment} @ {g}", rs, baseline, price_table, budget), experiment, uri)
-            for g, rs in sorted(groups.items())]
+        return [_mark_running(build_table(experiment, next(iter(groups.values())), baseline, price_table, budget,
+                                          allow_model_mismatch), experiment, uri)]
+    return [_mark_running(build_table(f"{experiment} @ {g}", rs, baseline, price_table, budget, allow_model_mismatch),
+                          experiment, uri) for g, rs in sorted(groups.items())]
 
 
 def render_many(tables: list[CompareTable], fmt: str = "table", wide: bool = False) -> str:

@@ -448,6 +448,7 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
             say(f"[{arm.name}] {arm.label()}" + (f", model {refs[arm.name]}" if arm.name in refs else ""))
             out = held.arm = ArmOutcome(arm=arm, node=dict(node))
             try:
+                out.weights = _weights(study, arm, refs.get(arm.name), say)
                 run_arm(study, arm, arm_opts, workdir, node, say, baseline=baseline_out, out=out)
             finally:  # whatever ended the arm: it is logged with everything it measured, in the state it ended
                 logged[arm.name] = _log_arm(tracker, lambda: arm_record(out))  # noqa: B023 - called now
@@ -494,6 +495,18 @@ def _log_arm(tracker: Tracker, build: Callable[[], RunRecord]) -> Logged:
 
         spool_record(rec if rec is not None else build(), tracker.uri, "interrupted while logging")
         raise
+
+
+def _weights(study: Study, arm: Any, ref: str | None, say: Progress) -> Any:
+    """The SHA-256 of the weight files this arm loads (cached per file version); unknown, with why, never a failure."""
+    from quantrack.models.weights import WeightsProvenance, weights_provenance
+
+    model = arm.model or study.model.path or study.model.gguf or None
+    try:
+        return weights_provenance(str(model) if model else None, ref)
+    except Exception as exc:  # noqa: BLE001 - provenance must not cost the measurement
+        say(f"[{arm.name}] weights not hashed: {type(exc).__name__}: {str(exc)[:200]}")
+        return WeightsProvenance(None, None, "unknown", reason=f"{type(exc).__name__}: {str(exc)[:200]}")
 
 
 def _resolve_models(study: Study, say: Progress) -> tuple[Study, dict[str, Any]]:

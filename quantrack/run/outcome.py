@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from quantrack.measure.hygiene import Hygiene
     from quantrack.measure.latency import LatencyResult
     from quantrack.measure.sweep import SweepResult
+    from quantrack.models.weights import WeightsProvenance
 
 Progress = Callable[[str], None]
 
@@ -59,6 +60,7 @@ class ArmOutcome:
     eval_records: Path | None = None
     kl: KLResult | None = None  # against the baseline arm
     model_ref: str | None = None  # the study's model reference (smollm2:Q8_0) the file was resolved from
+    weights: WeightsProvenance | None = None  # the SHA-256 of the weight files loaded (quantrack.models.weights)
     plots: dict[str, Path] = field(default_factory=dict)  # artifact path -> local PNG
     node: dict[str, Any] = field(default_factory=dict)
     error: str | None = None

@@ -187,6 +187,11 @@ def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
     for k, v in provenance_tags().items():
         rec.tag(k, v)
     rec.tag(Tag.STUDY_SHA256, study_sha256(study))
+    w = out.weights
+    if w is not None:
+        rec.tag(Tag.MODEL_SHA256, w.model_sha256)
+        rec.tag(Tag.MODEL_SOURCE_SHA256, w.source_sha256)
+        rec.tag(Tag.MODEL_SHA256_UNKNOWN, w.reason or None)
     rec.tag(Tag.ROLE, "arm")
     if study.quick:
         rec.tag(Tag.QUICK, "true")
@@ -282,6 +287,8 @@ def _hygiene(rec: RunRecord, out: ArmOutcome) -> None:
 
 def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
     rep = out.log_report
+    if out.weights is not None:
+        rec.artifacts[Artifact.PROVENANCE_WEIGHTS] = json.dumps(out.weights.to_dict(), indent=1, sort_keys=True)
     if out.launch_argv:
         rec.artifacts[Artifact.LAUNCH_COMMAND] = " ".join(redact_argv(out.launch_argv, rec.secrets)) + "\n"
         rec.artifacts[Artifact.LAUNCH_ENV] = json.dumps(redact_study_env(out.launch_env), indent=1, sort_keys=True)

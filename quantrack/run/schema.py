@@ -232,6 +232,9 @@ class Tag:
     VERSION = "quantrack.version"
     GIT_REVISION = "quantrack.git_revision"  # <sha>, <sha>-dirty (any tracked file of the repository differs), unknown
     TORCH_VERSION = "quantrack.torch_version"  # the installed torch's version (package metadata; torch never imported)
+    MODEL_SHA256 = "quantrack.model_sha256"  # SHA-256 of the weights loaded (a file; a folder's manifest of its files)
+    MODEL_SOURCE_SHA256 = "quantrack.model_source_sha256"  # the model they were made from (pinned file, or themselves)
+    MODEL_SHA256_UNKNOWN = "quantrack.model_sha256_unknown"  # why the weights were not hashed
     STUDY_SHA256 = "quantrack.study_sha256"  # SHA-256 of the study file as run (its bytes when the run started)
     HOSTNAME = "quantrack.hostname"
     FACT = "quantrack.fact"  # a node-fact run's kind ("probe"): see NodeFact
@@ -289,6 +292,7 @@ class Artifact:
     LAUNCH_COMMAND = "launch/command.txt"
     LAUNCH_ENV = "launch/env.json"
     PREFLIGHT_VERDICTS = "preflight/verdicts.json"
+    PROVENANCE_WEIGHTS = "provenance/weights.json"  # every weight file loaded: path, bytes, SHA-256
     SERVER_LIVE = "server/live.json"
     SERVER_LOG_REPORT = "server/log_report.json"
     STUDY_STUDY = "study/study.toml"

@@ -107,6 +107,12 @@ def test_a_finished_study_logs_latency_sweep_and_eval(fake: FakeAdapter, store: 
         assert out.live is not None and out.live.model == "fixture-model"
     runs = _runs(res.experiment)
     assert set(runs) == {"base", "q8"} and {r.status for r in runs.values()} == {STATUS_FINISHED}
+    # issue #39: the weights loaded, by SHA-256 (the study's local file), and the model they came from
+    import hashlib
+
+    want = hashlib.sha256(b"GGUF").hexdigest()
+    for r in runs.values():
+        assert r.tags[Tag.MODEL_SHA256] == want and r.tags[Tag.MODEL_SOURCE_SHA256] == want
 
 
 def test_a_failing_step_logs_failed_with_what_it_had(fake: FakeAdapter, store: None, tmp_path: Path,
