@@ -231,6 +231,7 @@ class Tag:
     SPOOLED = "quantrack.spooled"
     VERSION = "quantrack.version"
     GIT_REVISION = "quantrack.git_revision"  # <sha>, <sha>-dirty (any tracked file of the repository differs), unknown
+    CUDA_RUNTIME = "quantrack.cuda_runtime"  # the CUDA runtime torch uses (package metadata; nothing imported)
     TORCH_VERSION = "quantrack.torch_version"  # the installed torch's version (package metadata; torch never imported)
     MODEL_SHA256 = "quantrack.model_sha256"  # SHA-256 of the weights loaded (a file; a folder's manifest of its files)
     MODEL_SOURCE_SHA256 = "quantrack.model_source_sha256"  # the model they were made from (pinned file, or themselves)

@@ -31,6 +31,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -863,9 +864,28 @@ def torch_version() -> str:
         return "unknown (torch is not installed here)"
 
 
+def cuda_runtime() -> str:
+    """The CUDA runtime the installed torch uses, from package metadata (nothing imported): the
+    ``nvidia-cuda-runtime`` wheel's version, else torch's ``+cuXYZ`` build suffix; ``unknown (why)`` otherwise."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime"):
+        try:
+            return f"{version(dist)} ({dist})"
+        except PackageNotFoundError:
+            continue
+    tv = torch_version()
+    m = re.search(r"\+cu(\d+)(\d)$", tv)
+    if m:
+        return f"{m.group(1)}.{m.group(2)} (torch build {tv})"
+    if tv.startswith("unknown"):
+        return "unknown (torch is not installed here)"
+    return f"unknown (no CUDA runtime wheel; torch {tv} names no CUDA build)"
+
+
 def provenance_tags() -> dict[str, str]:
     return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.HOSTNAME: socket.gethostname(),
-            Tag.TORCH_VERSION: torch_version()}
+            Tag.TORCH_VERSION: torch_version(), Tag.CUDA_RUNTIME: cuda_runtime()}
 
 
 def flatten(prefix: str, data: Mapping[str, Any]) -> dict[str, str]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from quantrack.store.tracking import git_state
 
@@ -58,3 +61,26 @@ def test_the_torch_version_comes_from_metadata_without_importing_torch() -> None
         want = "unknown (torch is not installed here)"
     assert torch_version() == want
     assert ("torch" in sys.modules) == had
+
+
+def test_the_cuda_runtime_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #39: the CUDA runtime is read from package metadata: the runtime wheel, else torch's +cuXYZ build."""
+    import importlib.metadata as md
+
+    import quantrack.store.tracking as tr
+
+    def fake_version(pkgs: dict[str, str]) -> Any:
+        def version(name: str) -> str:
+            if name in pkgs:
+                return pkgs[name]
+            raise md.PackageNotFoundError(name)
+        return version
+
+    monkeypatch.setattr(md, "version", fake_version({"nvidia-cuda-runtime-cu12": "12.8.90", "torch": "2.11.0"}))
+    assert tr.cuda_runtime() == "12.8.90 (nvidia-cuda-runtime-cu12)"
+    monkeypatch.setattr(md, "version", fake_version({"torch": "2.11.0+cu128"}))
+    assert tr.cuda_runtime() == "12.8 (torch build 2.11.0+cu128)"
+    monkeypatch.setattr(md, "version", fake_version({"torch": "2.11.0+cpu"}))
+    assert tr.cuda_runtime().startswith("unknown (no CUDA runtime wheel; torch 2.11.0+cpu")
+    monkeypatch.setattr(md, "version", fake_version({}))
+    assert tr.cuda_runtime() == "unknown (torch is not installed here)"
