@@ -146,7 +146,13 @@ class SweepSpec:
 
 @settings
 class EvalSpec:
-    task: str | None = setting(default=None, help="Accuracy task (none = no eval).", choices=TASKS)
+    task: str | None = setting(default=None, help="Accuracy task (none = no eval): gsm8k, gsm8k-train, gsm8k-all, "
+                               "humaneval (sandboxed execution), or your own task file PATH.jsonl (relative: to the "
+                               "study file's folder; docs/accuracy.md).", nonempty=True)
+    scorer: str | None = setting(default=None, help="A task file's scorer: exact, numeric, choice, regex:PATTERN, code, "
+                                 "module:function (humaneval: code).", nonempty=True)
+    chat: bool = setting(default=False, help="A task file's items sent through the chat template "
+                         "(/v1/chat/completions) instead of as completions.")
     num_questions: int = setting(default=FULL_TEST_SIZE, help="Questions asked: the first N of the task's pool (gsm8k: "
                                  "the 1319 test questions; gsm8k-train: 7468 at 5 shots; gsm8k-all: 8787); with a "
                                  "budget, the most an arm may ask.", ge=1, le=MAX_POOL)
@@ -337,6 +343,8 @@ def _study(data: dict[str, Any], source: str) -> Study:
             sections[key] = cls(**build(cls, table, f"[{key}]"))
     model: ModelSpec = sections["model"]
     sections["sweep"] = _sweep_files(sections["sweep"], Path(source).parent if source != "<study>" else None)
+    sections["eval"] = _check_task_file(sections["eval"], data.get("eval", {}),
+                                        Path(source).parent if source != "<study>" else None)
     if not (model.name or model.path or model.config or model.gguf):
         raise BadInput("[model]: needs one of name, path, config or gguf")
     folder = Path(source).parent if source != "<study>" else None
@@ -369,6 +377,41 @@ def _study(data: dict[str, Any], source: str) -> Study:
         sweep=sections["sweep"], eval=ev, tracking=sections["tracking"], fleet=top.get("fleet", {}), source=source,
         decision=_decision(data["decision"], source) if "decision" in data else DecisionSpec(),
     )
+
+
+def _check_task_file(ev: EvalSpec, table: dict[str, Any], folder: Path | None) -> EvalSpec:
+    """[eval] task = a task file (or humaneval): the file read and every item checked now (a bad item names its
+    line before anything starts); num_questions defaults to every item; settings a task file does not take are
+    refused, not ignored."""
+    if ev.task is None or ev.task in TASKS:
+        return ev
+    from quantrack.accuracy.scorers import get_scorer
+    from quantrack.accuracy.tasks import HUMANEVAL, resolve_task
+
+    path = ev.task
+    if path != HUMANEVAL and folder is not None and not Path(path).is_absolute():
+        path = str(folder / path)
+    if path != HUMANEVAL and not path.endswith(".jsonl"):
+        raise BadInput(f"[eval] task: expected one of {', '.join((*TASKS, HUMANEVAL))} or a task file PATH.jsonl, got "
+                       f"{shown(ev.task)}{did_you_mean(ev.task, (*TASKS, HUMANEVAL))}")
+    if path != HUMANEVAL and not Path(path).is_file():
+        raise BadInput(f"[eval] task: no task file {path}")
+    task = resolve_task(path)
+    for key, why in (("num_shots", "a task file's prompts are sent as written (put exemplars in the prompt)"),
+                     ("style", "a task file is scored by its scorer"), ("order", "a task file is asked in file order"),
+                     ("budget", ("the budget's sequential test on a task file is not built yet: run the arms, then "
+                                "`quantrack eval compare --budget` on their records"))):
+        if key in table:
+            raise BadInput(f"[eval] {key} does not apply to task {ev.task}: {why}")
+    spec = ev.scorer or task.default_scorer
+    if spec is None:
+        raise BadInput(f"[eval] task {ev.task}: give [eval] scorer (exact, numeric, choice, regex:PATTERN, code, "
+                       "module:function)")
+    get_scorer(spec)  # an unknown scorer or a module:function that does not import is refused now
+    n = ev.num_questions if "num_questions" in table else len(task.items)
+    if n > len(task.items):
+        raise BadInput(f"[eval] num_questions {n}: {ev.task} has {len(task.items)} items")
+    return replace(ev, task=path, num_questions=n, num_shots=0)
 
 
 def _sweep_files(sw: SweepSpec, folder: Path | None) -> SweepSpec:
@@ -466,6 +509,11 @@ def _check_pool(kwargs: dict[str, Any]) -> None:
     from quantrack.constraints import parse_accuracy_drop
 
     task = kwargs.get("task") or "gsm8k"
+    if task not in TASKS:
+        return  # a task file or humaneval: checked with its file (_check_task_file), once the study's folder is known
+    for key in ("scorer", "chat"):
+        if key in kwargs:
+            raise BadInput(f"[eval] {key} applies to a task file or humaneval, not to task {task}")
     shots = kwargs.get("num_shots", 5)
     n = kwargs.get("num_questions", FULL_TEST_SIZE)
     if task in TASKS and n > pool_size(task, shots):

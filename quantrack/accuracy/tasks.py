@@ -143,7 +143,7 @@ def item_messages(item: dict[str, Any]) -> list[dict[str, str]]:
 def build_request(item: dict[str, Any], *, chat: bool, max_tokens: int, temperature: float, seed: int,
                   stop: list[str], model: str | None) -> tuple[str, dict[str, Any]]:
     """(endpoint, payload): messages (or ``chat``) go to the chat endpoint, a prompt to completions."""
-    payload: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+    payload: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stream": False}
     if stop:
         payload["stop"] = list(stop)
     if model:

@@ -31,6 +31,7 @@ from quantrack.run.schema import (
     RuleVerdict,
     RunStatus,
     Tag,
+    accuracy_names,
 )
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ class SweepLevel:
 
 @dataclass(frozen=True)
 class Accuracy:
-    """GSM8K as logged (measured or imported) and the per-question outcomes behind the paired test."""
+    """The accuracy task as logged (measured or imported; GSM8K, or a task file's) and the per-question outcomes
+    behind the paired test."""
 
     accuracy: float | None
     se: float | None
@@ -112,6 +114,7 @@ class Accuracy:
     source: str | None  # Tag.GSM8K_SOURCE ("measured", "imported: ...")
     outcomes: str | None  # '1' / '0' / '.' per question, None when not logged or malformed
     data_sha256: str | None
+    task: str = "gsm8k"  # the metrics' prefix (run.schema.task_prefix): gsm8k, or the task file's name
 
     @property
     def imported(self) -> bool:
@@ -212,10 +215,11 @@ def _size_or_none(v: float | None) -> float | None:
 def arm_run(r: RunRow) -> ArmRun:
     """The read model of one run."""
     p, m, t = r.params, r.metrics, r.tags
-    outcomes = t.get(Tag.GSM8K_CORRECT)
+    names = accuracy_names(t.get(Tag.EVAL_METRICS))  # gsm8k_* unless the run asked a task file (its name)
+    outcomes = t.get(names.outcomes_tag)
     i = 1
-    while outcomes is not None and f"{Tag.GSM8K_CORRECT}.{i}" in t:  # continued past MLflow's tag limit
-        outcomes += t[f"{Tag.GSM8K_CORRECT}.{i}"]
+    while outcomes is not None and f"{names.outcomes_tag}.{i}" in t:  # continued past MLflow's tag limit
+        outcomes += t[f"{names.outcomes_tag}.{i}"]
         i += 1
     verdict = t.get(Tag.VERDICT)
     return ArmRun(
@@ -237,10 +241,10 @@ def arm_run(r: RunRow) -> ArmRun:
         server_tpot_ms=m.get(Metric.SERVER_TPOT_MS), log_quantization=t.get(Tag.LOG_QUANTIZATION),
         effective_kernel=t.get(Tag.EFFECTIVE_KERNEL),
         accuracy=Accuracy(
-            accuracy=m.get(Metric.GSM8K_ACCURACY), se=m.get(Metric.GSM8K_SE), n=m.get(Metric.GSM8K_N),
-            ci_low=m.get(Metric.GSM8K_CI_LOW), ci_high=m.get(Metric.GSM8K_CI_HIGH), source=t.get(Tag.GSM8K_SOURCE),
+            accuracy=m.get(names.accuracy), se=m.get(names.se), n=m.get(names.n),
+            ci_low=m.get(names.ci_low), ci_high=m.get(names.ci_high), source=t.get(names.source_tag),
             outcomes=outcomes if outcomes and set(outcomes) <= OUTCOME_SYMBOLS else None,
-            data_sha256=t.get(Tag.GSM8K_DATA_SHA256)),
+            data_sha256=t.get(names.data_sha256_tag), task=names.prefix),
         kl_mean=m.get(Metric.KL_MEAN), kl_top1_agree=m.get(Metric.KL_TOP1_AGREE),
         fallback=Fallback(state=t.get(Tag.FALLBACK), kinds=t.get(Tag.FALLBACK_KINDS),
                           evidence=t.get(Tag.FALLBACK_EVIDENCE), reason=t.get(Tag.FALLBACK_REASON)),
@@ -384,6 +388,8 @@ def paired_test(base: ArmRun, arm: ArmRun, *, allow_model_mismatch: bool = False
     why = model_mismatch(base, arm)
     if why and not allow_model_mismatch:
         return PairedTest(f"n/a: {why}; --allow-model-mismatch pairs them")
+    if base.accuracy.task != arm.accuracy.task:
+        return PairedTest(f"n/a: different tasks ({base.accuracy.task} vs {arm.accuracy.task})")
     db, da = base.accuracy.data_sha256, arm.accuracy.data_sha256
     if db and da and db != da:
         return PairedTest("n/a: different question sets")

@@ -62,7 +62,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("tpot_ms", "Batch-1 TPOT", "measured: client, median over iterations"),
     ("cost", "{cost}", ("derived: dated GPU price per hour / measured output tok/s at the arm's highest sweep "
                         "concurrency")),
-    ("gsm8k", "GSM8K", ("measured or imported: accuracy [95% Wilson interval] n=questions "
+    ("gsm8k", "{task}", ("measured or imported: accuracy [95% Wilson interval] n=questions "
                         "(accuracy ± standard error where no interval was logged)")),
     ("delta", "Δ vs {baseline}", "derived: accuracy difference, percentage points"),
     ("paired_test", "Paired test", "derived: exact McNemar on per-question records"),
@@ -106,9 +106,11 @@ class CompareTable:
     narrow: list[dict[str, str]] = field(default_factory=list)  # the default table's merged cells, per row
     study_running: bool = False  # a parent study run of this experiment is still RUNNING (more arms may come)
     columns: tuple[tuple[str, str, str], ...] = COLUMNS  # + LOAD_COLUMNS when an arm recorded them
+    task: str = "GSM8K"  # the accuracy column's task (a task file's name when every arm with accuracy asked it)
 
     def headers(self) -> list[str]:
-        return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header) for _, h, _ in self.columns]
+        return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header, task=self.task)
+                for _, h, _ in self.columns]
 
 
 def _skipped_note(skipped: dict[str, dict[str, int]], chosen: dict[str, ArmRun]) -> str | None:
@@ -254,6 +256,14 @@ def _capacity_cell(r: ArmRun) -> str:
     return FILL
 
 
+def _task_label(runs: Iterable[ArmRun]) -> str:
+    """The accuracy column's name: the task every arm with an accuracy asked; ``accuracy`` when they differ."""
+    from quantrack.run.schema import accuracy_names
+
+    tasks = {r.accuracy.task for r in runs if r.accuracy.accuracy is not None}
+    return accuracy_names(tasks.pop()).label if len(tasks) == 1 else ("GSM8K" if not tasks else "accuracy")
+
+
 def _delta_cells(r: ArmRun, base: ArmRun | None, is_base: bool, acc: float | None,
                  base_acc: float | None, allow_model_mismatch: bool = False) -> tuple[str, str, PairedTest | None]:
     """The Δ cell, the paired-test cell and the test behind them (None where none was run). Two runs of different
@@ -281,7 +291,8 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
     price_table = _price_table(prices)
     arms = arm_set(as_arm_runs(runs), baseline)
     chosen, order, base_name, base = arms.chosen, arms.order, arms.baseline, arms.base
-    table = CompareTable(experiment=experiment, baseline=base_name, rows=[], skipped=arms.skipped)
+    table = CompareTable(experiment=experiment, baseline=base_name, rows=[], skipped=arms.skipped,
+                         task=_task_label(chosen[a] for a in order))
     base_acc = base.accuracy.accuracy if base else None
     costs = {arm: cost_for(chosen[arm], price_table) for arm in order}
     cost_ns = {n for _, n, _ in costs.values() if n is not None}
@@ -541,7 +552,7 @@ def _contention_notes(runs: list[ArmRun]) -> list[str]:
 # The default table: the decision columns, merged so that it fits WIDTH columns; --wide gives COLUMNS.
 NARROW: tuple[tuple[str, str], ...] = (
     ("arm", "Arm"), ("configuration", "Weights / KV"), ("weights_gib", "Wt GiB"), ("capacity", "KV {kvunit}"),
-    ("tpot", "TPOT ms{srv}"), ("gsm8k", "GSM8K [95% CI]"), ("delta", "Δ vs {baseline}"), ("budget", "Budget"),
+    ("tpot", "TPOT ms{srv}"), ("gsm8k", "{task} [95% CI]"), ("delta", "Δ vs {baseline}"), ("budget", "Budget"),
     ("fidelity", "Top-1 / KL"), ("fallback", "Fallback"), ("cost", "{cost}"), ("status", "Status"),
 )
 # Columns the default table leaves out when every row holds the same uninformative value (a note says so).
@@ -558,7 +569,8 @@ def render_narrow(table: CompareTable, width: int = WIDTH) -> str:
         "tokens" if caps and not any(c.endswith(" MiB") for c in caps) else "(tokens | MiB)")
     rows = [dict(r, capacity=r["capacity"].removesuffix(" MiB")) for r in table.narrow] if kvunit == "MiB" \
         else table.narrow
-    cols = [(k, h.format(baseline=table.baseline or "baseline", cost="$ / 1M tok", srv=srv, kvunit=kvunit))
+    cols = [(k, h.format(baseline=table.baseline or "baseline", cost="$ / 1M tok", srv=srv, kvunit=kvunit,
+                         task=table.task))
             for k, h in NARROW]
     dropped = []
     for key, same in _DROPPABLE.items():

@@ -30,11 +30,13 @@ from typing import Any
 from quantrack.run.schema import (
     LEVEL_FIGURES,
     SWEEP_LEVEL,
+    AccuracyNames,
     Artifact,
     Metric,
     Param,
     RunStatus,
     Tag,
+    accuracy_names,
     latency_stat,
     sweep_level,
     sweep_output_tps,
@@ -190,17 +192,23 @@ class _Arm:
 
 # --- GSM8K ----------------------------------------------------------------------------------------------------
 
-GSM8K_METRICS = (Metric.GSM8K_N, Metric.GSM8K_CORRECT, Metric.GSM8K_ACCURACY, Metric.GSM8K_SE,
-                 Metric.GSM8K_CI_LOW, Metric.GSM8K_CI_HIGH, Metric.GSM8K_INVALID, Metric.GSM8K_ERRORS)
+def _names(row: RunRow) -> AccuracyNames:
+    """The run's accuracy metric names: gsm8k_*, or its task file's (``quantrack.eval_metrics``)."""
+    return accuracy_names(row.tags.get(Tag.EVAL_METRICS))
+
+
+def _task_metrics(n: AccuracyNames) -> tuple[str, ...]:
+    return (n.n, n.correct, n.accuracy, n.se, n.ci_low, n.ci_high, n.invalid, n.errors)
 
 
 @dataclass(frozen=True)
 class _Gsm8k:
     figures: dict[str, float | None]
-    outcomes: str | None  # the outcome string the records give (None: a position past the pool)
+    outcomes: str | None  # the outcome string the records give (None: a position past the pool, or string ids)
+    string_ids: bool = False  # a task file's records: positions follow the task file's order, not the records
 
 
-def gsm8k_from_records(text: str) -> _Gsm8k:
+def gsm8k_from_records(text: str, names: AccuracyNames | None = None) -> _Gsm8k:
     """Counts, accuracy, SE and Wilson interval of every record in a records artifact, and its outcome string."""
     from quantrack.accuracy.gsm8k import MAX_POOL, outcome_position
     from quantrack.accuracy.records import load_records
@@ -212,12 +220,15 @@ def gsm8k_from_records(text: str) -> _Gsm8k:
         recs = load_records(path)
     answered = [r for r in recs.values() if r.answered]
     prop = proportion(sum(1 for r in answered if r.correct), len(answered))
+    n = names or accuracy_names()
     figures: dict[str, float | None] = {
-        Metric.GSM8K_N: float(prop.n), Metric.GSM8K_CORRECT: float(prop.k), Metric.GSM8K_ACCURACY: prop.p,
-        Metric.GSM8K_SE: prop.se, Metric.GSM8K_CI_LOW: prop.ci_low, Metric.GSM8K_CI_HIGH: prop.ci_high,
-        Metric.GSM8K_INVALID: float(sum(1 for r in answered if r.invalid)),
-        Metric.GSM8K_ERRORS: float(sum(1 for r in recs.values() if not r.answered)),
+        n.n: float(prop.n), n.correct: float(prop.k), n.accuracy: prop.p,
+        n.se: prop.se, n.ci_low: prop.ci_low, n.ci_high: prop.ci_high,
+        n.invalid: float(sum(1 for r in answered if r.invalid)),
+        n.errors: float(sum(1 for r in recs.values() if not r.answered)),
     }
+    if any(not isinstance(q, int) for q in recs):
+        return _Gsm8k(figures, None, string_ids=True)
     pos = {qid: outcome_position(qid) for qid in recs}
     outcomes = None
     if recs and max(pos.values()) < MAX_POOL:
@@ -230,11 +241,13 @@ def gsm8k_from_records(text: str) -> _Gsm8k:
 
 
 def stored_outcomes(tags: dict[str, str]) -> str | None:
-    """The outcome string as stored: ``quantrack.gsm8k_correct`` joined with its ``.1``, ``.2`` ... continuations."""
-    s = tags.get(Tag.GSM8K_CORRECT)
+    """The outcome string as stored: ``quantrack.gsm8k_correct`` (a task file's: ``quantrack.<task>_correct``) joined
+    with its ``.1``, ``.2`` ... continuations."""
+    key = accuracy_names(tags.get(Tag.EVAL_METRICS)).outcomes_tag
+    s = tags.get(key)
     i = 1
-    while s is not None and f"{Tag.GSM8K_CORRECT}.{i}" in tags:
-        s += tags[f"{Tag.GSM8K_CORRECT}.{i}"]
+    while s is not None and f"{key}.{i}" in tags:
+        s += tags[f"{key}.{i}"]
         i += 1
     return s
 
@@ -246,19 +259,23 @@ def describe_outcomes(s: str | float | None) -> str:
 
 
 def _verify_gsm8k(a: _Arm, gsm: _Gsm8k | None) -> None:
+    names = _names(a.row)
     if gsm is None:
         why = "no per-question records artifact (eval/records.jsonl)"
-        a.skip_all([*GSM8K_METRICS, Metric.GSM8K_DELTA_VS_BASELINE], why)
+        a.skip_all([*_task_metrics(names), names.delta_vs_baseline], why)
         return
     src = Artifact.EVAL_RECORDS
-    for name in GSM8K_METRICS:
+    for name in _task_metrics(names):
         a.check(name, gsm.figures.get(name), src)
     stored = stored_outcomes(a.row.tags)
     if stored is not None:
-        if gsm.outcomes is None:
-            a.out.unchecked.setdefault(Tag.GSM8K_CORRECT, f"{src}: a question id past the outcome string's pool")
+        if gsm.string_ids:
+            a.out.unchecked.setdefault(names.outcomes_tag, f"{src}: a task file's outcome positions follow the task "
+                                       "file's item order, which the records do not hold")
+        elif gsm.outcomes is None:
+            a.out.unchecked.setdefault(names.outcomes_tag, f"{src}: a question id past the outcome string's pool")
         else:
-            a.out.checks.append(Check(Tag.GSM8K_CORRECT, stored, gsm.outcomes, RECOMPUTED, src))
+            a.out.checks.append(Check(names.outcomes_tag, stored, gsm.outcomes, RECOMPUTED, src))
 
 
 def _baseline_for(row: RunRow, runs: list[RunRow]) -> tuple[RunRow | None, str]:
@@ -271,7 +288,7 @@ def _baseline_for(row: RunRow, runs: list[RunRow]) -> tuple[RunRow | None, str]:
         if same:
             return max(same, key=lambda r: r.start_time), "the baseline arm of the same study run"
     before = [r for r in bases if r.status == RunStatus.FINISHED and r.start_time < row.start_time
-              and Metric.GSM8K_ACCURACY in r.metrics]
+              and _names(r).accuracy in r.metrics]
     if before:
         return max(before, key=lambda r: r.start_time), "the newest finished baseline run before it"
     return None, ""
@@ -279,7 +296,8 @@ def _baseline_for(row: RunRow, runs: list[RunRow]) -> tuple[RunRow | None, str]:
 
 def _verify_delta(a: _Arm, gsm: _Gsm8k | None, runs: list[RunRow], records_of: Callable[[RunRow], _Gsm8k | None]
                   ) -> None:
-    name = Metric.GSM8K_DELTA_VS_BASELINE
+    names = _names(a.row)
+    name = names.delta_vs_baseline
     if name not in a.row.metrics or gsm is None:
         return
     base, how = _baseline_for(a.row, runs)
@@ -287,7 +305,7 @@ def _verify_delta(a: _Arm, gsm: _Gsm8k | None, runs: list[RunRow], records_of: C
         a.skip(name, "no baseline run that the stored Δ could have been taken against is in the experiment")
         return
     bg = records_of(base)
-    acc, base_acc = gsm.figures.get(Metric.GSM8K_ACCURACY), bg.figures.get(Metric.GSM8K_ACCURACY) if bg else None
+    acc, base_acc = gsm.figures.get(names.accuracy), bg.figures.get(_names(base).accuracy) if bg else None
     if acc is None or base_acc is None:
         a.skip(name, f"the baseline run {base.run_id[:8]} ({how}) has no per-question records")
         return
@@ -517,7 +535,7 @@ def verify_experiment(experiment: str, tracking_uri: str | None = None) -> Verif
         if r.run_id not in cache:
             text = _Artifacts(r, uri).text(Artifact.EVAL_RECORDS)
             try:
-                cache[r.run_id] = gsm8k_from_records(text) if text else None
+                cache[r.run_id] = gsm8k_from_records(text, _names(r)) if text else None
             except QuantrackError:
                 cache[r.run_id] = None
         return cache[r.run_id]
@@ -529,7 +547,7 @@ def verify_experiment(experiment: str, tracking_uri: str | None = None) -> Verif
 # --- rendering ------------------------------------------------------------------------------------------------
 
 def _fmt(v: float | str | None, name: str) -> str:
-    if name == Tag.GSM8K_CORRECT:
+    if name.startswith("quantrack.") and name.endswith("_correct"):
         return describe_outcomes(v)
     if isinstance(v, float):
         return f"{v:.10g}"

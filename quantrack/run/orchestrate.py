@@ -59,7 +59,6 @@ from quantrack.run.schema import (
     STATUS_FINISHED,
     STATUS_KILLED,
     STATUS_REJECTED,
-    Metric,
     RunStatus,
     Tag,
 )
@@ -555,7 +554,10 @@ def stored_baseline_accuracy(study: Study, tracker: Tracker) -> float | None:
         runs = load_runs(tracker.experiment, tracker.uri)
     except QuantrackError:
         return None
+    from quantrack.run.schema import accuracy_names
+
     for r in runs:
-        if r.arm == study.baseline.name and r.status == RunStatus.FINISHED and Metric.GSM8K_ACCURACY in r.metrics:
-            return r.metrics[Metric.GSM8K_ACCURACY]
+        key = accuracy_names(r.tags.get(Tag.EVAL_METRICS)).accuracy
+        if r.arm == study.baseline.name and r.status == RunStatus.FINISHED and key in r.metrics:
+            return r.metrics[key]
     return None

@@ -465,26 +465,37 @@ def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:
         rec.metric(schema.SWEEP_SLO_LIMIT, float(lim) if isinstance(lim, (int, float)) else None)
 
 
+def eval_prefix(ev: Any) -> str:
+    """The prefix of an eval result's metrics: the task's name for a task file or humaneval (a result of
+    ``quantrack.accuracy.tasks.run_task``, which records the task's SHA-256), else ``gsm8k``."""
+    if ev is not None and (ev.settings or {}).get("task_sha256"):
+        return schema.task_prefix(ev.task)
+    return schema.GSM8K_PREFIX
+
+
 def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | None) -> None:
     ev = out.eval
     if ev is None:
         return
+    names = schema.accuracy_names(eval_prefix(ev))
     # an accuracy-only import (SGLang run_eval without --num-questions) has no count: n/correct not recorded
     counted = ev.n > 0
-    rec.metric(Metric.GSM8K_ACCURACY, ev.accuracy)
-    rec.metric(Metric.GSM8K_SE, ev.se)
-    rec.metric(Metric.GSM8K_CI_LOW, ev.ci_low)
-    rec.metric(Metric.GSM8K_CI_HIGH, ev.ci_high)
-    rec.metric(Metric.GSM8K_N, ev.n if counted else None)
-    rec.metric(Metric.GSM8K_CORRECT, ev.correct if counted else None)
-    rec.metric(Metric.GSM8K_INVALID, ev.invalid)
-    rec.metric(Metric.GSM8K_ERRORS, ev.errors if counted else None)
-    rec.tag(Tag.GSM8K_SOURCE, ev.source)
+    rec.metric(names.accuracy, ev.accuracy)
+    rec.metric(names.se, ev.se)
+    rec.metric(names.ci_low, ev.ci_low)
+    rec.metric(names.ci_high, ev.ci_high)
+    rec.metric(names.n, ev.n if counted else None)
+    rec.metric(names.correct, ev.correct if counted else None)
+    rec.metric(names.invalid, ev.invalid)
+    rec.metric(names.errors, ev.errors if counted else None)
+    rec.tag(names.source_tag, ev.source)
+    rec.tag(Tag.EVAL_METRICS, names.prefix)
     if ev.accuracy is not None and baseline_accuracy is not None and not out.arm.baseline:
-        rec.metric(Metric.GSM8K_DELTA_VS_BASELINE, ev.accuracy - baseline_accuracy)
-    bitmap, sha = outcomes_bitmap(out.eval_records)
+        rec.metric(names.delta_vs_baseline, ev.accuracy - baseline_accuracy)
+    given = ev.extra.get("outcomes") if isinstance(ev.extra, dict) else None
+    bitmap, sha = (given, None) if isinstance(given, str) else outcomes_bitmap(out.eval_records)
     for i, chunk in enumerate(outcome_chunks(bitmap)):
-        rec.tag(Tag.GSM8K_CORRECT if i == 0 else f"{Tag.GSM8K_CORRECT}.{i}", chunk)
+        rec.tag(names.outcomes_tag if i == 0 else f"{names.outcomes_tag}.{i}", chunk)
     rec.tag(Tag.EVAL_TASK, ev.task)
     rec.tag(Tag.EVAL_ORDER, (ev.settings or {}).get("order"))
     b = ev.extra.get("budget") if isinstance(ev.extra, dict) else None
@@ -496,7 +507,7 @@ def _eval_metrics(rec: RunRecord, out: ArmOutcome, baseline_accuracy: float | No
                             (Metric.BUDGET_HIGH_PP, "high"), (Metric.BUDGET_QUESTIONS_USED, "questions_used"),
                             (Metric.BUDGET_MORE_QUESTIONS, "more_questions")):
             rec.metric(metric, number_of(b, key))
-    rec.tag(Tag.GSM8K_DATA_SHA256, sha or (ev.settings or {}).get("data_sha256"))
+    rec.tag(names.data_sha256_tag, sha or (ev.settings or {}).get("data_sha256"))
 
 
 def study_record(study: Study, experiment: str, node: dict[str, Any]) -> RunRecord:

@@ -9,6 +9,7 @@ Nothing is imported here: readers import it without loading the runner.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -201,6 +202,7 @@ class Tag:
     BUDGET_METHOD = "quantrack.budget_method"  # sequential / fixed-n
     BUDGET_BASELINE = "quantrack.budget_baseline"  # the baseline run's arm the verdict pairs with
     EVAL_TASK = "quantrack.eval_task"
+    EVAL_METRICS = "quantrack.eval_metrics"  # the prefix of the run's accuracy metrics (gsm8k, or the task's name)
     EVAL_ORDER = "quantrack.eval_order"
     GSM8K_DATA_SHA256 = "quantrack.gsm8k_data_sha256"
     GSM8K_SOURCE = "quantrack.gsm8k_source"
@@ -371,3 +373,94 @@ LEVEL_FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine_prefix_hit_rate", ("prefix_cache_hit_rate",)),  # engine /metrics, else its per-request counts
     ("engine_busy_slots_max", ("server_metrics", "busy_slots_max")),
 )
+
+
+# --- accuracy figures, named after the task ---------------------------------------------------------------------
+
+GSM8K_PREFIX = "gsm8k"  # every GSM8K pool (gsm8k, gsm8k-train, gsm8k-all) logs under gsm8k_*
+# prefixes a task's metrics may not take: they name other figures of a run
+_RESERVED_PREFIXES = ("gsm8k", "kl", "sweep", "latency", "step", "budget", "kv", "tpot", "ttft", "e2e", "weights",
+                      "capacity", "server", "engine", "decode", "prefill", "available", "cuda")
+
+
+def task_prefix(task: str | None) -> str:
+    """The prefix of a run's accuracy metrics: ``gsm8k`` for the GSM8K pools, else the task's name made a metric
+    name (``support-bot.jsonl`` -> ``support_bot``; ``humaneval``), ``task_``-prefixed where it would clash."""
+    if not task:
+        return GSM8K_PREFIX
+    from quantrack.accuracy.gsm8k import TASKS
+
+    if task in TASKS:
+        return GSM8K_PREFIX
+    stem = task.rsplit("/", 1)[-1].removesuffix(".jsonl")
+    slug = "".join(c if c.isalnum() else "_" for c in stem.lower()).strip("_") or "task"
+    if slug[0].isdigit() or slug.split("_")[0] in _RESERVED_PREFIXES:
+        slug = f"task_{slug}"
+    return slug
+
+
+@dataclass(frozen=True)
+class AccuracyNames:
+    """The metric and tag names of one task's accuracy figures (for GSM8K: ``Metric.GSM8K_*``, ``Tag.GSM8K_*``)."""
+
+    prefix: str
+
+    def _m(self, what: str) -> str:
+        return f"{self.prefix}_{what}"
+
+    @property
+    def accuracy(self) -> str:
+        return self._m("accuracy")
+
+    @property
+    def se(self) -> str:
+        return self._m("se")
+
+    @property
+    def ci_low(self) -> str:
+        return self._m("ci_low")
+
+    @property
+    def ci_high(self) -> str:
+        return self._m("ci_high")
+
+    @property
+    def n(self) -> str:
+        return self._m("n")
+
+    @property
+    def correct(self) -> str:
+        return self._m("correct")
+
+    @property
+    def invalid(self) -> str:
+        return self._m("invalid")
+
+    @property
+    def errors(self) -> str:
+        return self._m("errors")
+
+    @property
+    def delta_vs_baseline(self) -> str:
+        return self._m("delta_vs_baseline")
+
+    @property
+    def outcomes_tag(self) -> str:
+        return f"quantrack.{self.prefix}_correct"
+
+    @property
+    def data_sha256_tag(self) -> str:
+        return f"quantrack.{self.prefix}_data_sha256"
+
+    @property
+    def source_tag(self) -> str:
+        return f"quantrack.{self.prefix}_source"
+
+    @property
+    def label(self) -> str:
+        """The column header's name for the task."""
+        return "GSM8K" if self.prefix == GSM8K_PREFIX else self.prefix
+
+
+def accuracy_names(prefix: str | None = None) -> AccuracyNames:
+    return AccuracyNames(prefix or GSM8K_PREFIX)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quantrack.accuracy.gsm8k import TASKS
 from quantrack.arms import Arm
 from quantrack.errors import BadInput, QuantrackError
 from quantrack.interrupts import Interrupted
@@ -239,7 +240,9 @@ def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdi
     from quantrack.progress import StepProgress
 
     ev = study.eval
-    records = workdir / f"{arm.name}-gsm8k.jsonl"
+    if ev.task not in TASKS:  # a task file or humaneval ([eval] task, checked when the study was read)
+        return _step_task(study, arm, base_url, api_key, workdir, progress)
+    records = eval_records_path(study, arm, workdir)
     bar = StepProgress(progress or (lambda _m: None), f"[{arm.name}] eval")
     budget = _budget_plan(study, arm, workdir)
     try:
@@ -261,6 +264,59 @@ def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdi
             b = {k: v for k, v in result.extra["budget"].items() if k != "baseline"}
             progress(f"[{arm.name}] budget vs {budget.baseline}: {BudgetVerdict(**b).sentence()}")
     return result, records
+
+
+def eval_records_path(study: Study, arm: Arm, workdir: Path) -> Path:
+    """The arm's per-question records in the work folder: ``<arm>-gsm8k.jsonl``, or ``<arm>-<task>.jsonl``."""
+    from quantrack.run.schema import task_prefix
+
+    return workdir / f"{arm.name}-{task_prefix(study.eval.task)}.jsonl"
+
+
+def _step_task(study: Study, arm: Arm, base_url: str, api_key: str | None, workdir: Path,
+               progress: Progress | None) -> tuple[EvalResult, Path]:
+    """A task file or humaneval, asked and scored like GSM8K: one record per item, and the outcome string in the
+    task file's item order (so two arms' outcomes pair position by position)."""
+    from quantrack.accuracy.gsm8k import result_from_records
+    from quantrack.accuracy.records import load_records
+    from quantrack.accuracy.tasks import resolve_task, run_task
+    from quantrack.progress import StepProgress
+
+    ev = study.eval
+    assert ev.task is not None
+    task = resolve_task(ev.task)
+    records = eval_records_path(study, arm, workdir)
+    bar = StepProgress(progress or (lambda _m: None), f"[{arm.name}] eval")
+    try:
+        result = run_task(base_url, task, scorer=ev.scorer, num_questions=ev.num_questions, max_tokens=ev.max_tokens,
+                          concurrency=ev.concurrency, seed=ev.seed, chat=ev.chat, records_path=records,
+                          overwrite=True, api_key=api_key, model=study.model.served_name, engine=study.engine.kind,
+                          progress=bar.gsm8k, timeout_s=_request_timeout(study, 600.0))
+    except KeyboardInterrupt as exc:  # the items answered so far are on disk: their result goes with it
+        partial = None
+        try:
+            recs = load_records(records) if records.is_file() else {}
+        except QuantrackError:
+            recs = {}
+        if recs:
+            partial = (result_from_records(recs, num_questions=ev.num_questions, style=f"scorer:{ev.scorer}",
+                                           records_path=str(records), settings={"interrupted": True,
+                                                                                "task_sha256": task.sha256},
+                                           task=task.name), records)
+        raise Interrupted.of(exc, partial=partial) from None
+    finally:
+        bar.close()
+    result.extra["outcomes"] = task_outcomes(task, load_records(records))
+    return result, records
+
+
+def task_outcomes(task: Any, recs: dict[Any, Any]) -> str:
+    """'1' right, '0' wrong, '.' not answered, one per item of the task file in its order."""
+    chars = []
+    for item in task.items:
+        r = recs.get(item["id"])
+        chars.append("." if r is None or not r.answered else ("1" if r.correct else "0"))
+    return "".join(chars)
 
 
 class _BudgetPlan:
@@ -298,7 +354,7 @@ def _budget_plan(study: Study, arm: Arm, workdir: Path) -> _BudgetPlan | None:
     from quantrack.constraints import parse_accuracy_drop
 
     base = study.baseline
-    path = workdir / f"{base.name}-gsm8k.jsonl"
+    path = eval_records_path(study, base, workdir)
     if not path.is_file():
         return None  # no baseline records in this work directory: the arm asks every question (said in the run)
     recs = {q: r for q, r in load_records(path).items()}

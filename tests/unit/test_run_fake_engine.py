@@ -8,6 +8,7 @@ Registering the engine is one call in one module (tests/fake_engine.py): that is
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import threading
@@ -158,3 +159,63 @@ def test_an_interrupt_logs_killed_with_partial_results(store: None, tmp_path: Pa
     with pytest.raises(ProcessLookupError):  # the engine was stopped (and reaped) before the arm was logged
         os.kill(pid, 0)
     assert KIND not in engines.ENGINE_KINDS
+
+
+def test_a_study_asks_a_task_file_and_logs_it_under_its_own_name(fake: FakeAdapter, store: None,
+                                                                   tmp_path: Path) -> None:
+    """Issue #38: `[eval] task = "PATH.jsonl"` in a study: every arm asks the task file's items, its metrics are
+    named after the task (not gsm8k_*), the outcome string follows the file's item order, and `compare` pairs the
+    arms on it. The fake server answers " w0 w1" at max_tokens 2: two of the three references are that text."""
+    import json
+
+    from quantrack.report.compare import build_table
+    from quantrack.store.tracking import load_runs
+
+    task = tmp_path / "support-bot.jsonl"
+    task.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"id": "a", "prompt": "say w0 w1", "reference": "w0 w1"},
+        {"id": "b", "prompt": "say no", "reference": "no"},
+        {"id": "c", "prompt": "again", "reference": "W0 W1"})))
+    study = study_from_dict({
+        "name": "fake-task", "context_len": 1024, "model": {"path": "fake-model.gguf"},
+        "engine": {"kind": KIND, "ready_timeout_s": 30.0}, "gpu": {"name": "x86-cpu"},
+        "eval": {"task": str(task), "scorer": "exact", "max_tokens": 2, "concurrency": 2},
+        "arms": [{"name": "base", "weights": "f16", "baseline": True}, {"name": "q8", "weights": "q8_0"}],
+    }, source="fake-task.toml")  # the store fixture's folder holds fake-model.gguf
+    assert study.eval.num_questions == 3 and study.eval.num_shots == 0  # every item, no exemplars
+    lines: list[str] = []
+    res = run_study(study, RunOptions(workdir=tmp_path / "work"), progress=lines.append)
+    assert [o.status for o in res.outcomes] == [STATUS_FINISHED, STATUS_FINISHED], lines
+    assert (tmp_path / "work" / "q8-support_bot.jsonl").is_file()
+    runs = {r.arm: r for r in load_runs("fake-task")}
+    for r in runs.values():
+        assert r.metrics["support_bot_accuracy"] == pytest.approx(2 / 3) and r.metrics["support_bot_n"] == 3
+        assert "gsm8k_accuracy" not in r.metrics
+        assert r.tags["quantrack.eval_metrics"] == "support_bot"
+        assert r.tags["quantrack.support_bot_correct"] == "101"  # a, b, c in file order
+    rows = {row["arm"]: row for row in build_table("fake-task", list(runs.values())).rows}
+    assert rows["q8"]["gsm8k"].startswith("66.7% [") and rows["q8"]["delta"] == "+0.0 pts"
+    assert rows["q8"]["paired_test"].startswith("McNemar p=1 (n=3)")
+    table = build_table("fake-task", list(runs.values()))
+    assert "support_bot" in table.headers()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"num_shots": 5}, "[eval] num_shots does not apply to task"),
+    ({"budget": "1pp", "order": "shuffled"}, "does not apply to task"),
+    ({"scorer": "nope"}, "nope"),
+    ({"num_questions": 9}, "[eval] num_questions 9:"),
+])
+def test_a_task_file_study_refuses_what_does_not_apply(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
+    import json
+
+    from quantrack.errors import BadInput
+
+    task = tmp_path / "t.jsonl"
+    task.write_text(json.dumps({"id": "a", "prompt": "p", "reference": "r"}) + "\n")
+    with pytest.raises(BadInput, match=re.escape(message)):
+        study_from_dict({
+            "name": "x", "model": {"path": "m.gguf"}, "engine": {"kind": "llamacpp"},
+            "eval": {"task": "t.jsonl", "scorer": "exact", **extra},
+            "arms": [{"name": "base", "weights": "f16", "baseline": True}],
+        }, source=str(tmp_path / "s.toml"))

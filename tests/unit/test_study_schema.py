@@ -63,7 +63,7 @@ BAD = [
     ("sweep_keys", "concurrency = 4", "[sweep] concurrency: expected a list of integers in 1..28232 (one connection per request in flight: the default Linux ephemeral port range 32768-60999), got 4"),
     ("sweep_keys", "requests_per_level = -3", "[sweep] requests_per_level: expected an integer in 0..1000000 (every prompt of a level is built before its first request), got -3"),
     ("sweep_keys", "concurency = [1]", "[sweep]: unknown key 'concurency' (did you mean 'concurrency'?)"),
-    ("eval_keys", 'task = "mmlu"', '[eval] task: expected one of gsm8k, gsm8k-train, gsm8k-all, got "mmlu"'),
+    ("eval_keys", 'task = "mmlu"', '[eval] task: expected one of gsm8k, gsm8k-train, gsm8k-all, humaneval or a task file PATH.jsonl, got "mmlu"'),
     ("eval_keys", 'task = "gsm8"', "(did you mean 'gsm8k'?)"),
     ("eval_keys", "num_questions = -4", "[eval] num_questions: expected an integer in 1..8792, got -4"),
     ("eval_keys", "num_questions = 2000", "[eval] num_questions 2000: the gsm8k pool has 1319 questions at 5 shots"),
@@ -139,7 +139,7 @@ def test_commands_refuse_a_bad_study_before_starting(tmp_path: Path, capsys: pyt
         main([a.replace("{study}", str(p)) for a in cmd])
     err = capsys.readouterr().err
     assert exc.value.code == 2
-    assert err == f"quantrack: error: study file '{p}': [eval] task: expected one of gsm8k, gsm8k-train, gsm8k-all, got \"mmlu\"\n"
+    assert err == f"quantrack: error: study file '{p}': [eval] task: expected one of gsm8k, gsm8k-train, gsm8k-all, humaneval or a task file PATH.jsonl, got \"mmlu\"\n"
     assert list(work.iterdir()) == []  # nothing created: no store, no spool, no export
 
 
