@@ -55,11 +55,14 @@ MATCH_KEYS: dict[str, str] = {
     "kl_util_sum_min": "float",  # vLLM: candidate util + KL baseline util on one GPU (study-level)
     # the engine's environment for this arm (study [engine] env + the arm's env): {NAME = true|false|"value"}
     "env": "env",
+    # the arm's engine args name one of these flags (``--calculate-kv-scales`` or ``--calculate-kv-scales=true``)
+    "args": "list",
 }
 # How vLLM (envs.py: value.strip().lower() in ("1", "true")) and SGLang (get_bool_env_var) read a boolean variable.
 _ENV_TRUE = ("1", "true")
 STUDY_KEYS = frozenset({"eval_questions_max", "kl_util_sum_min"})
-RULE_KEYS = frozenset({"id", "verdict", "message", "fix", "source", "match", "check", "log_lines", "notes"})
+RULE_KEYS = frozenset({"id", "verdict", "message", "fix", "source", "match", "check", "log_lines", "notes",
+                       "fallback"})
 CHECKS = ("method-name", "method-min-capability", "kv-dtype")
 _RANGES = (("cc_min", "cc_max"), ("engine_version_min", "engine_version_max"), ("cuda_min", "cuda_max"))
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
@@ -79,6 +82,9 @@ class Rule:
     log_lines: tuple[str, ...] = ()
     notes: str = ""
     file: str = ""
+    # the fallback kind (LogReport.fallbacks' kind, e.g. fp8_marlin) the engine's own gates force when the rule
+    # matches: the audit reads a matching node as fallen back even when its log shows no fallback line
+    fallback: str = ""
 
     @property
     def study_level(self) -> bool:
@@ -87,7 +93,8 @@ class Rule:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "verdict": self.verdict, "message": self.message, "fix": self.fix,
                 "source": self.source, "match": dict(self.match), "check": self.check,
-                "log_lines": list(self.log_lines), "notes": self.notes, "file": self.file}
+                "log_lines": list(self.log_lines), "notes": self.notes, "file": self.file,
+                "fallback": self.fallback}
 
 
 @dataclass(frozen=True)
@@ -246,6 +253,11 @@ def _validate_rule(raw: Any, fname: str, index: int) -> tuple[Rule | None, list[
     check = raw.get("check")
     if check is not None and check not in CHECKS:
         problems.append(f"{where}: check {check!r} is unknown{did_you_mean(str(check), CHECKS)}; checks: {', '.join(CHECKS)}")
+    fb = raw.get("fallback", "")
+    if not isinstance(fb, str) or (fb and not re.match(r"^[a-z0-9_]+$", fb)):
+        problems.append(f"{where}: 'fallback' must be a fallback kind (lower-case letters, digits, '_'), got {fb!r}")
+    elif fb and raw.get("verdict") == "allow":
+        problems.append(f"{where}: 'fallback' on an allow rule: a forced fallback is a warn or a reject")
     logs = raw.get("log_lines", [])
     if not isinstance(logs, list) or not all(isinstance(x, str) for x in logs):
         problems.append(f"{where}: 'log_lines' must be a list of strings")
@@ -258,7 +270,7 @@ def _validate_rule(raw: Any, fname: str, index: int) -> tuple[Rule | None, list[
         return None, problems
     return Rule(id=str(rid), verdict=str(verdict), message=raw["message"].strip(), fix=str(raw.get("fix", "")).strip(),
                 source=raw["source"].strip(), match=dict(match), check=check, log_lines=tuple(logs),
-                notes=str(raw.get("notes", "")).strip(), file=fname), []
+                notes=str(raw.get("notes", "")).strip(), file=fname, fallback=str(raw.get("fallback", ""))), []
 
 
 def _validate_match(match: dict[str, Any], where: str) -> list[str]:
@@ -499,6 +511,9 @@ def _match(rule: Rule, f: dict[str, Any]) -> tuple[bool | None, list[str]]:
         if kind == "env":
             if not all(_env_holds(have, name, w) for name, w in want.items()):
                 return False, []
+        elif key == "args":
+            if not set(have) & {w.lower() for w in _as_list(want)}:
+                return False, []
         elif kind == "list":
             wanted = [w.lower() for w in _as_list(want)]
             if key == "weights" and "gguf" in wanted:
@@ -541,7 +556,13 @@ def _facts(node: NodeFacts, arm: Arm, engine: str, engine_version: tuple[int, ..
         "arm_model": bool(arm.model), "quantized": _is_quantized(arm), "weights_share": share,
         "conflated": _conflated(arm, arms),
         "env": {**dict(ctx.engine_env if ctx else ()), **arm.env_dict},  # as the adapter's launch_env merges
+        "args": _arg_flags(arm),
     }
+
+
+def _arg_flags(arm: Arm) -> tuple[str, ...]:
+    """The flags among an arm's engine args, lower-cased, without a ``=value`` (``--calculate-kv-scales=true``)."""
+    return tuple(a.split("=", 1)[0].lower() for a in arm.engine_args if a.startswith("-"))
 
 
 def evaluate(
@@ -580,6 +601,26 @@ def evaluate(
                                    rule.fix, rule.source, rule.log_lines))
             continue
         out.append(Verdict(rule.id, rule.verdict, rule.message, rule.fix, rule.source, rule.log_lines))
+    return out
+
+
+def forced_fallbacks(gpu: Any, arm: Arm, engine: str, engine_version: str | None = None,
+                     rules: Iterable[Rule] | None = None) -> list[Rule]:
+    """The rules with a ``fallback`` whose every match fact is known and holds for this arm on this device (pure):
+    the kernels the engine's own gates force (FP8 weights on SM75-88: weight-only FP8 via Marlin). A rule that
+    depends on an unknown fact (no compute capability) is not returned: the caller says ``unknown``, not "clean"."""
+    if engine not in ENGINES:
+        return []
+    node = facts_of(gpu)
+    e = engine_table(engine, engine_version)
+    version = None
+    if _release_versions(engine):
+        version = parse_version(engine_version or e["assumed_version"], f"{engine} version")
+    f = _facts(node, arm, engine, version, None, None, None)
+    out = []
+    for rule in rules if rules is not None else load_rules():
+        if rule.fallback and not rule.study_level and _match(rule, f)[0] is True:
+            out.append(rule)
     return out
 
 
@@ -666,6 +707,7 @@ __all__ = [
     "evaluate",
     "evaluate_study",
     "facts_of",
+    "forced_fallbacks",
     "get_rule",
     "load_rules",
     "overall",
