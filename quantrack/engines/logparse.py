@@ -388,6 +388,10 @@ class ReportBuilder:
         from quantrack.engines.kvscale import finish_report
 
         finish_report(r)  # LogReport.kv_scales (quantrack.engines.kvscale)
+        if not r.fallbacks:
+            gate = report_gate(r)  # FP8 weights and no fallback line: what the GPU's gate says (None: nothing)
+            if gate is not None:
+                r.extra["fallback_gate"] = gate.to_dict()
         return r
 
 
@@ -503,7 +507,7 @@ def fallback_gate(engine: str | None, *, quantization: str | None, weights: str 
     if native_fp8_kernel(kernel):
         return None
     return GateFinding("unknown", "", "vllm-fp8-marlin-fallback" if engine == "vllm" else "sglang-fp8-marlin-auto",
-                       "", "FP8 weights on a GPU the log does not name (give --gpu): below compute capability 8.9 "
+                       "", "FP8 weights on a GPU the log does not name (audit --gpu names it): below compute capability 8.9 "
                        f"{engine} runs FP8 weights as weight-only FP8 via Marlin, and the log shows neither that "
                        "warning nor a native FP8 kernel line")
 

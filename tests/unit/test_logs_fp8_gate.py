@@ -119,7 +119,7 @@ def test_a_loaded_fp8_log_is_clean_only_with_evidence_of_the_native_path(tmp_pat
     row = audit(log_dirs=[bare.parent]).rows[0]
     assert row.fallback is None
     assert row.unknown_reason == (
-        "FP8 weights on a GPU the log does not name (give --gpu): below compute capability 8.9 vllm runs FP8 weights "
+        "FP8 weights on a GPU the log does not name (audit --gpu names it): below compute capability 8.9 vllm runs FP8 weights "
         "as weight-only FP8 via Marlin, and the log shows neither that warning nor a native FP8 kernel line")
     assert audit(log_dirs=[bare.parent], gpu="A100-80GB").rows[0].fallback is True
     assert audit(log_dirs=[bare.parent], gpu="H200").rows[0].fallback is False  # SM90: the gates say native
@@ -199,3 +199,15 @@ def test_preflight_warns_before_renting(capsys: pytest.CaptureFixture[str]) -> N
     assert '"rule": "fp8-kv-no-fp8-attention-below-sm89"' in json.dumps(json.loads(capsys.readouterr().out), indent=1)
     _exit_code(["preflight", "--gpu", "H200", "--model", "Llama-3.1-8B", "--arm", "kv-fp8", "--format", "json"])
     assert "fp8-kv-no-fp8-attention-below-sm89" not in capsys.readouterr().out
+
+
+def test_logs_parse_says_what_the_gate_says(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _exit_code(["logs", "parse", str(CUT), "--format", "json"]) == 0
+    gate = json.loads(capsys.readouterr().out)[0]["extra"]["fallback_gate"]
+    assert gate["state"] == "unknown" and gate["rule"] == "vllm-fp8-marlin-fallback"
+    assert _exit_code(["logs", "parse", str(CUT)]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("fallback_gate"))
+    assert "unknown: FP8 weights on a GPU the log does not name (audit --gpu names it)" in row
+    # a line already says it fell back: the gate adds nothing
+    assert _exit_code(["logs", "parse", str(WITH_LINE), "--format", "json"]) == 0
+    assert "fallback_gate" not in json.loads(capsys.readouterr().out)[0]["extra"]
