@@ -684,6 +684,117 @@ def _computed(rule: Rule, e: dict[str, Any], engine: str, arm: Arm, node: NodeFa
     return []
 
 
+# ---------------------------------------------------------------- fallbacks the GPU forces, read into logs and runs
+
+# --quantization / checkpoint methods whose weights are FP8 (vLLM 0.33 and SGLang 0.5.23 names, rules/methods.toml)
+FP8_WEIGHT_METHODS = ("fp8", "fbgemm_fp8", "fp8_w8a8", "w8a8_fp8", "fp8_per_tensor", "fp8_per_block",
+                      "fp8_per_channel", "deepseek_v4_fp8", "ptpc_fp8")
+GATE_ENGINES = ("vllm", "sglang")  # the engines whose FP8 gates the rulebook holds (rules-engines.toml)
+
+
+@dataclass(frozen=True)
+class GateFinding:
+    """What the rulebook's gates say about an FP8-weights node whose log printed no fallback line.
+
+    ``state`` "yes": the GPU's compute capability is known and a rule with a ``fallback`` matches (the engine
+    must take that kernel, e.g. weight-only FP8 via Marlin below SM89); "unknown": the GPU is not known and
+    nothing in the log shows the native path (no native FP8 kernel line), so a clean verdict has no evidence."""
+
+    state: str  # yes | unknown
+    kind: str  # the fallback kind (fp8_marlin), "" when unknown
+    rule: str  # the rule id that decides it
+    source: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"state": self.state, "kind": self.kind, "rule": self.rule, "source": self.source,
+                "reason": self.reason}
+
+
+def fp8_weights(quantization: str | None, weights: str | None = None, kernel: str | None = None) -> bool:
+    """The node serves FP8 weights: an FP8 method, an arm's fp8 weights, or an FP8 linear kernel line."""
+    q = (quantization or "").strip().lower()
+    return (q in FP8_WEIGHT_METHODS or (weights or "").lower() == "fp8"
+            or "fp8" in (kernel or "").lower())
+
+
+def native_fp8_kernel(kernel: str | None) -> bool:
+    """A kernel line that names a native FP8 GEMM (Cutlass/FlashInfer/Torch ..FP8.. kernels, not Marlin):
+    positive evidence of the native path (vllm@4ba787ec9:vllm/model_executor/kernels/linear/__init__.py:L458-L467)."""
+    k = (kernel or "").lower()
+    return "fp8" in k and "marlin" not in k
+
+
+def parse_cc(value: object) -> int | None:
+    """'8.6' / '86' / 86 -> 86; anything else -> None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = re.fullmatch(r"\s*(\d{1,2})(?:\.(\d))?\s*", str(value or ""))
+    if not m:
+        return None
+    return int(m.group(1)) * 10 + int(m.group(2)) if m.group(2) is not None else int(m.group(1))
+
+
+def gpu_vendor_cc(name: str | None) -> tuple[str | None, int | None]:
+    """(vendor, compute capability) the GPU catalog gives a GPU name (``NVIDIA GeForce RTX 3090`` ->
+    ("nvidia", 86)); (None, None) for a name the catalog does not hold."""
+    if not name:
+        return None, None
+    from quantrack.errors import QuantrackError
+    from quantrack.hardware.catalog import get_gpu
+
+    try:
+        g = get_gpu(name)
+    except QuantrackError:
+        return None, None
+    return g.vendor, g.cc_int
+
+
+def fallback_gate(engine: str | None, *, quantization: str | None, weights: str | None = None,
+                  kernel: str | None = None, cc: int | None = None, gpu: str | None = None,
+                  engine_version: str | None = None) -> GateFinding | None:
+    """The rulebook's verdict on an FP8-weights node with no fallback line; None when it has nothing to add
+    (not FP8 weights, an engine without FP8 gates, a GPU with native FP8, or a native FP8 kernel line)."""
+    if engine not in GATE_ENGINES or not fp8_weights(quantization, weights, kernel):
+        return None
+    from quantrack.arms import make_arm
+    from quantrack.errors import QuantrackError
+
+    arm = make_arm("log", weights="fp8", quantization=None)
+    if cc is not None:
+        try:
+            rules = forced_fallbacks(NodeFacts(name=gpu or "gpu", vendor="nvidia", cc=cc), arm, engine,
+                                     engine_version)
+        except QuantrackError:  # a version string the rulebook cannot read: use the assumed version's gates
+            rules = forced_fallbacks(NodeFacts(name=gpu or "gpu", vendor="nvidia", cc=cc), arm, engine)
+        if not rules:
+            return None
+        r = rules[0]
+        where = f"{gpu} " if gpu else ""
+        return GateFinding("yes", r.fallback, r.id, r.source,
+                           f"FP8 weights on {where}(compute capability {cc // 10}.{cc % 10}): rule {r.id} says "
+                           f"{engine} runs them as {r.fallback} (no FP8 tensor cores below 8.9), whether or not "
+                           "the log shows the warning")
+    if native_fp8_kernel(kernel):
+        return None
+    return GateFinding("unknown", "", "vllm-fp8-marlin-fallback" if engine == "vllm" else "sglang-fp8-marlin-auto",
+                       "", "FP8 weights on a GPU the log does not name (audit --gpu names it): below compute capability 8.9 "
+                       f"{engine} runs FP8 weights as weight-only FP8 via Marlin, and the log shows neither that "
+                       "warning nor a native FP8 kernel line")
+
+
+def report_gate(report: Any, gpu: str | None = None) -> GateFinding | None:
+    """``fallback_gate`` for a parsed log (an engines.base.LogReport): the GPU from ``gpu`` (a catalog name) when
+    given, else the compute capability or GPU name the log printed."""
+    vendor, cc = gpu_vendor_cc(gpu) if gpu else (None, parse_cc(report.extra.get("compute_capability")))
+    if cc is None and not gpu:
+        vendor, cc = gpu_vendor_cc(report.gpu)
+    if vendor not in (None, "nvidia"):  # the FP8 gates held are NVIDIA's (AMD: rule fp8-on-amd)
+        return None
+    return fallback_gate(report.engine, quantization=report.quantization, kernel=report.linear_kernel, cc=cc,
+                         gpu=gpu or report.gpu, engine_version=report.engine_version)
+
+
 def overall(verdicts: Iterable[Verdict]) -> str:
     """The worst verdict: reject > warn > allow (unchecked counts as allow)."""
     worst = "allow"
@@ -696,6 +807,7 @@ def overall(verdicts: Iterable[Verdict]) -> str:
 __all__ = [
     "UNCHECKED",
     "VERDICTS",
+    "GateFinding",
     "NodeFacts",
     "Rule",
     "StudyContext",
@@ -707,10 +819,12 @@ __all__ = [
     "evaluate",
     "evaluate_study",
     "facts_of",
+    "fallback_gate",
     "forced_fallbacks",
     "get_rule",
     "load_rules",
     "overall",
     "parse_version",
+    "report_gate",
     "weights_share",
 ]

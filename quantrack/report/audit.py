@@ -145,7 +145,7 @@ def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
             tpot_contention=_latency_contention(r),
             kv_scales=r.kv_scale_source, kv_scale_evidence=r.kv_scale_evidence,
         ))
-        from quantrack.engines.logparse import fallback_gate, gpu_vendor_cc, parse_cc
+        from quantrack.hardware.rulebook import fallback_gate, gpu_vendor_cc, parse_cc
 
         row = out[-1]
         vendor, catalog_cc = gpu_vendor_cc(row.gpu)
@@ -158,7 +158,7 @@ def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
 
 
 def apply_gate(row: AuditRow, gate: Any, where: str) -> None:
-    """Read the rulebook's FP8 gate into a row whose log printed no fallback line (``logparse.fallback_gate``):
+    """Read the rulebook's FP8 gate into a row whose log printed no fallback line (``hardware.rulebook.fallback_gate``):
     a GPU below SM89 makes it a fallback (the rule is the evidence); an FP8 node on a GPU nobody named, with no
     native-kernel line, is unknown, not clean. A failed start stays as it is (it served nothing)."""
     if gate is None or row.fallback is True or row.failure:
@@ -278,7 +278,7 @@ def rows_from_logs(paths: Iterable[Path], gpu: str | None = None) -> list[AuditR
     catalogue searched). A file that cannot be read as a log is a row with fallback unknown and the reason.
     ``gpu`` (a catalog name): the GPU the logs ran on, for logs that do not name it (the FP8 gate needs it)."""
     from quantrack.engines import parse_log_file
-    from quantrack.engines.logparse import report_gate
+    from quantrack.hardware.rulebook import report_gate
 
     out = []
     for path in paths:

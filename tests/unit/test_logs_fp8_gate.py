@@ -21,8 +21,7 @@ import pytest
 from quantrack.arms import make_arm
 from quantrack.cli import main
 from quantrack.engines import parse_log_file
-from quantrack.engines.logparse import fallback_gate, parse_cc, report_gate
-from quantrack.hardware.rulebook import NodeFacts, check_rules, forced_fallbacks
+from quantrack.hardware.rulebook import NodeFacts, check_rules, fallback_gate, forced_fallbacks, parse_cc, report_gate
 from quantrack.report.audit import audit, build_audit, log_verdict
 from quantrack.store.records import RunRow
 
