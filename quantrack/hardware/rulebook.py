@@ -689,7 +689,6 @@ def _computed(rule: Rule, e: dict[str, Any], engine: str, arm: Arm, node: NodeFa
 # --quantization / checkpoint methods whose weights are FP8 (vLLM 0.33 and SGLang 0.5.23 names, rules/methods.toml)
 FP8_WEIGHT_METHODS = ("fp8", "fbgemm_fp8", "fp8_w8a8", "w8a8_fp8", "fp8_per_tensor", "fp8_per_block",
                       "fp8_per_channel", "deepseek_v4_fp8", "ptpc_fp8")
-GATE_ENGINES = ("vllm", "sglang")  # the engines whose FP8 gates the rulebook holds (rules-engines.toml)
 
 
 @dataclass(frozen=True)
@@ -755,7 +754,8 @@ def fallback_gate(engine: str | None, *, quantization: str | None, weights: str 
                   engine_version: str | None = None) -> GateFinding | None:
     """The rulebook's verdict on an FP8-weights node with no fallback line; None when it has nothing to add
     (not FP8 weights, an engine without FP8 gates, a GPU with native FP8, or a native FP8 kernel line)."""
-    if engine not in GATE_ENGINES or not fp8_weights(quantization, weights, kernel):
+    gates = _gpu_gates(engine)
+    if not gates or not fp8_weights(quantization, weights, kernel):
         return None
     from quantrack.arms import make_arm
     from quantrack.errors import QuantrackError
@@ -777,10 +777,17 @@ def fallback_gate(engine: str | None, *, quantization: str | None, weights: str 
                            "the log shows the warning")
     if native_fp8_kernel(kernel):
         return None
-    return GateFinding("unknown", "", "vllm-fp8-marlin-fallback" if engine == "vllm" else "sglang-fp8-marlin-auto",
-                       "", "FP8 weights on a GPU the log does not name (audit --gpu names it): below compute capability 8.9 "
-                       f"{engine} runs FP8 weights as weight-only FP8 via Marlin, and the log shows neither that "
+    return GateFinding("unknown", "", gates[0].id, gates[0].source,
+                       "FP8 weights on a GPU the log does not name (audit --gpu names it): below compute capability "
+                       f"8.9 {engine} runs FP8 weights as weight-only FP8 via Marlin, and the log shows neither that "
                        "warning nor a native FP8 kernel line")
+
+
+def _gpu_gates(engine: str | None) -> list[Rule]:
+    """The engine's rules with a ``fallback`` that the GPU alone decides (a compute-capability range, no env):
+    the engines without one (llama.cpp) have no FP8 gate to apply."""
+    return [r for r in load_rules() if r.fallback and "env" not in r.match
+            and ("cc_min" in r.match or "cc_max" in r.match) and engine in _as_list(r.match.get("engine", []))]
 
 
 def report_gate(report: Any, gpu: str | None = None) -> GateFinding | None:
