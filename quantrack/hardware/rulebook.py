@@ -755,7 +755,7 @@ def fallback_gate(engine: str | None, *, quantization: str | None, weights: str 
     """The rulebook's verdict on an FP8-weights node with no fallback line; None when it has nothing to add
     (not FP8 weights, an engine without FP8 gates, a GPU with native FP8, or a native FP8 kernel line)."""
     gates = _gpu_gates(engine)
-    if not gates or not fp8_weights(quantization, weights, kernel):
+    if engine is None or not gates or not fp8_weights(quantization, weights, kernel):
         return None
     from quantrack.arms import make_arm
     from quantrack.errors import QuantrackError
