@@ -299,7 +299,7 @@ def rows_from_logs(paths: Iterable[Path], gpu: str | None = None) -> list[AuditR
         ev = rep.engine_evidence[0] if rep.engine_evidence else None
         failure = rep.extra.get("startup_failure") if rep.extra.get("startup_failed") else None
         out.append(AuditRow(
-            node=path.name, source=str(path), arm=None, gpu=rep.gpu,
+            node=path.name, source=str(path), arm=None, gpu=rep.gpu or gpu,
             compute_capability=rep.extra.get("compute_capability"), mig=None,
             engine=rep.engine, engine_version=rep.engine_version, quantization=rep.quantization,
             effective_kernel=rep.linear_kernel, fallback=fell,

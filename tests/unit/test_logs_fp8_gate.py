@@ -105,6 +105,7 @@ def test_a_3090_log_without_the_warning_is_a_fallback_once_the_gpu_is_known(tmp_
     # the fleet's GPU given: the rulebook's gate decides, and says which rule
     row = audit(log_dirs=[tmp_path], gpu="RTX 3090").rows[0]
     assert row.fallback is True and row.fallback_kinds == "fp8_marlin" and row.unknown_reason is None
+    assert row.gpu == "RTX 3090"  # the log names none: the row shows the one --gpu gave
     assert row.evidence == (
         f"{CUT.name}: rule vllm-fp8-marlin-fallback: FP8 weights on RTX 3090 (compute capability 8.6): rule "
         "vllm-fp8-marlin-fallback says vllm runs them as fp8_marlin (no FP8 tensor cores below 8.9), whether or not "
