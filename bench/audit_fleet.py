@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="quantrack-fleet-"))
     try:
         size, fell = build(tmp, args.nodes, args.kb)
-        cmd = [sys.executable, "-m", "quantrack", "audit", "--logs", str(tmp), "--format", "json"]
+        # the H200 logs name no GPU and SGLang's prints no FP8 kernel line: without the fleet's GPU their FP8 nodes
+        # are unknown, not clean (the FP8 gate); --gpu changes nothing for the CPU and the fp16 Turing logs
+        cmd = [sys.executable, "-m", "quantrack", "audit", "--logs", str(tmp), "--gpu", "H200", "--format", "json"]
         if args.cpus and shutil.which("taskset"):
             cmd = ["taskset", "-c", args.cpus, *cmd]
         env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -13,8 +13,8 @@ from quantrack.engines import ENGINE_KINDS
 _ENGINES = ["auto", *ENGINE_KINDS]
 _COLUMNS = ["source", "engine", "engine_evidence", "engine_version", "weights_gib", "available_kv_gib", "kv_cache_tokens",
             "max_concurrency", "max_concurrency_context", "cuda_graph_gib", "quantization", "linear_kernel",
-            "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "warnings", "errors", "failed_start",
-            "not_found"]
+            "attention_backend", "kv_cache_dtype", "dtype", "fallbacks", "fallback_gate", "warnings", "errors",
+            "failed_start", "not_found"]
 
 
 @click.group("logs")
@@ -31,6 +31,9 @@ def _row(report: Any) -> dict[str, Any]:
         d[key] = [f"{e['kind']}@{e['line_no']}" for e in d[key]]
     ex = d.get("extra") or {}
     d["failed_start"] = (ex.get("startup_failure") or "yes") if ex.get("startup_failed") else "no"
+    gate = ex.get("fallback_gate")  # set by parse from hardware.rulebook.report_gate
+    d["fallback_gate"] = (f"{gate['kind']} (rule {gate['rule']})" if gate["state"] == "yes" else
+                          f"unknown: {gate['reason']}") if gate else None
     for key in ("weights_gib", "cuda_graph_gib"):  # the log printed a figure that is not a size (JSON: extra says why)
         if d.get(key) is None and ex.get(f"{key}_unknown"):
             d[key] = "unknown"
@@ -51,11 +54,15 @@ def parse(files: tuple[str, ...], engine: str, fmt: str) -> None:
     A log whose engine is not clear is refused with the closest candidates: pass --engine."""
     from quantrack.engines import parse_logs, unclear_engine_message
     from quantrack.errors import BadInput
+    from quantrack.hardware.rulebook import report_gate
 
     reports = parse_logs(files, engine)
     for r in reports:
         if r.engine is None:
             raise BadInput(unclear_engine_message(r))
+        gate = None if r.fallbacks else report_gate(r)  # FP8 weights, no fallback line: the GPU's FP8 gate
+        if gate is not None:
+            r.extra["fallback_gate"] = gate.to_dict()
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
         return

@@ -55,11 +55,14 @@ MATCH_KEYS: dict[str, str] = {
     "kl_util_sum_min": "float",  # vLLM: candidate util + KL baseline util on one GPU (study-level)
     # the engine's environment for this arm (study [engine] env + the arm's env): {NAME = true|false|"value"}
     "env": "env",
+    # the arm's engine args name one of these flags (``--calculate-kv-scales`` or ``--calculate-kv-scales=true``)
+    "args": "list",
 }
 # How vLLM (envs.py: value.strip().lower() in ("1", "true")) and SGLang (get_bool_env_var) read a boolean variable.
 _ENV_TRUE = ("1", "true")
 STUDY_KEYS = frozenset({"eval_questions_max", "kl_util_sum_min"})
-RULE_KEYS = frozenset({"id", "verdict", "message", "fix", "source", "match", "check", "log_lines", "notes"})
+RULE_KEYS = frozenset({"id", "verdict", "message", "fix", "source", "match", "check", "log_lines", "notes",
+                       "fallback"})
 CHECKS = ("method-name", "method-min-capability", "kv-dtype")
 _RANGES = (("cc_min", "cc_max"), ("engine_version_min", "engine_version_max"), ("cuda_min", "cuda_max"))
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
@@ -79,6 +82,9 @@ class Rule:
     log_lines: tuple[str, ...] = ()
     notes: str = ""
     file: str = ""
+    # the fallback kind (LogReport.fallbacks' kind, e.g. fp8_marlin) the engine's own gates force when the rule
+    # matches: the audit reads a matching node as fallen back even when its log shows no fallback line
+    fallback: str = ""
 
     @property
     def study_level(self) -> bool:
@@ -87,7 +93,8 @@ class Rule:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "verdict": self.verdict, "message": self.message, "fix": self.fix,
                 "source": self.source, "match": dict(self.match), "check": self.check,
-                "log_lines": list(self.log_lines), "notes": self.notes, "file": self.file}
+                "log_lines": list(self.log_lines), "notes": self.notes, "file": self.file,
+                "fallback": self.fallback}
 
 
 @dataclass(frozen=True)
@@ -246,6 +253,11 @@ def _validate_rule(raw: Any, fname: str, index: int) -> tuple[Rule | None, list[
     check = raw.get("check")
     if check is not None and check not in CHECKS:
         problems.append(f"{where}: check {check!r} is unknown{did_you_mean(str(check), CHECKS)}; checks: {', '.join(CHECKS)}")
+    fb = raw.get("fallback", "")
+    if not isinstance(fb, str) or (fb and not re.match(r"^[a-z0-9_]+$", fb)):
+        problems.append(f"{where}: 'fallback' must be a fallback kind (lower-case letters, digits, '_'), got {fb!r}")
+    elif fb and raw.get("verdict") == "allow":
+        problems.append(f"{where}: 'fallback' on an allow rule: a forced fallback is a warn or a reject")
     logs = raw.get("log_lines", [])
     if not isinstance(logs, list) or not all(isinstance(x, str) for x in logs):
         problems.append(f"{where}: 'log_lines' must be a list of strings")
@@ -258,7 +270,7 @@ def _validate_rule(raw: Any, fname: str, index: int) -> tuple[Rule | None, list[
         return None, problems
     return Rule(id=str(rid), verdict=str(verdict), message=raw["message"].strip(), fix=str(raw.get("fix", "")).strip(),
                 source=raw["source"].strip(), match=dict(match), check=check, log_lines=tuple(logs),
-                notes=str(raw.get("notes", "")).strip(), file=fname), []
+                notes=str(raw.get("notes", "")).strip(), file=fname, fallback=str(raw.get("fallback", ""))), []
 
 
 def _validate_match(match: dict[str, Any], where: str) -> list[str]:
@@ -499,6 +511,9 @@ def _match(rule: Rule, f: dict[str, Any]) -> tuple[bool | None, list[str]]:
         if kind == "env":
             if not all(_env_holds(have, name, w) for name, w in want.items()):
                 return False, []
+        elif key == "args":
+            if not set(have) & {w.lower() for w in _as_list(want)}:
+                return False, []
         elif kind == "list":
             wanted = [w.lower() for w in _as_list(want)]
             if key == "weights" and "gguf" in wanted:
@@ -541,7 +556,13 @@ def _facts(node: NodeFacts, arm: Arm, engine: str, engine_version: tuple[int, ..
         "arm_model": bool(arm.model), "quantized": _is_quantized(arm), "weights_share": share,
         "conflated": _conflated(arm, arms),
         "env": {**dict(ctx.engine_env if ctx else ()), **arm.env_dict},  # as the adapter's launch_env merges
+        "args": _arg_flags(arm),
     }
+
+
+def _arg_flags(arm: Arm) -> tuple[str, ...]:
+    """The flags among an arm's engine args, lower-cased, without a ``=value`` (``--calculate-kv-scales=true``)."""
+    return tuple(a.split("=", 1)[0].lower() for a in arm.engine_args if a.startswith("-"))
 
 
 def evaluate(
@@ -580,6 +601,26 @@ def evaluate(
                                    rule.fix, rule.source, rule.log_lines))
             continue
         out.append(Verdict(rule.id, rule.verdict, rule.message, rule.fix, rule.source, rule.log_lines))
+    return out
+
+
+def forced_fallbacks(gpu: Any, arm: Arm, engine: str, engine_version: str | None = None,
+                     rules: Iterable[Rule] | None = None) -> list[Rule]:
+    """The rules with a ``fallback`` whose every match fact is known and holds for this arm on this device (pure):
+    the kernels the engine's own gates force (FP8 weights on SM75-88: weight-only FP8 via Marlin). A rule that
+    depends on an unknown fact (no compute capability) is not returned: the caller says ``unknown``, not "clean"."""
+    if engine not in ENGINES:
+        return []
+    node = facts_of(gpu)
+    e = engine_table(engine, engine_version)
+    version = None
+    if _release_versions(engine):
+        version = parse_version(engine_version or e["assumed_version"], f"{engine} version")
+    f = _facts(node, arm, engine, version, None, None, None)
+    out = []
+    for rule in rules if rules is not None else load_rules():
+        if rule.fallback and not rule.study_level and _match(rule, f)[0] is True:
+            out.append(rule)
     return out
 
 
@@ -643,6 +684,124 @@ def _computed(rule: Rule, e: dict[str, Any], engine: str, arm: Arm, node: NodeFa
     return []
 
 
+# ---------------------------------------------------------------- fallbacks the GPU forces, read into logs and runs
+
+# --quantization / checkpoint methods whose weights are FP8 (vLLM 0.33 and SGLang 0.5.23 names, rules/methods.toml)
+FP8_WEIGHT_METHODS = ("fp8", "fbgemm_fp8", "fp8_w8a8", "w8a8_fp8", "fp8_per_tensor", "fp8_per_block",
+                      "fp8_per_channel", "deepseek_v4_fp8", "ptpc_fp8")
+
+
+@dataclass(frozen=True)
+class GateFinding:
+    """What the rulebook's gates say about an FP8-weights node whose log printed no fallback line.
+
+    ``state`` "yes": the GPU's compute capability is known and a rule with a ``fallback`` matches (the engine
+    must take that kernel, e.g. weight-only FP8 via Marlin below SM89); "unknown": the GPU is not known and
+    nothing in the log shows the native path (no native FP8 kernel line), so a clean verdict has no evidence."""
+
+    state: str  # yes | unknown
+    kind: str  # the fallback kind (fp8_marlin), "" when unknown
+    rule: str  # the rule id that decides it
+    source: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"state": self.state, "kind": self.kind, "rule": self.rule, "source": self.source,
+                "reason": self.reason}
+
+
+def fp8_weights(quantization: str | None, weights: str | None = None, kernel: str | None = None) -> bool:
+    """The node serves FP8 weights: an FP8 method, an arm's fp8 weights, or an FP8 linear kernel line."""
+    q = (quantization or "").strip().lower()
+    return (q in FP8_WEIGHT_METHODS or (weights or "").lower() == "fp8"
+            or "fp8" in (kernel or "").lower())
+
+
+def native_fp8_kernel(kernel: str | None) -> bool:
+    """A kernel line that names a native FP8 GEMM (Cutlass/FlashInfer/Torch ..FP8.. kernels, not Marlin):
+    positive evidence of the native path (vllm@4ba787ec9:vllm/model_executor/kernels/linear/__init__.py:L458-L467)."""
+    k = (kernel or "").lower()
+    return "fp8" in k and "marlin" not in k
+
+
+def parse_cc(value: object) -> int | None:
+    """'8.6' / '86' / 86 -> 86; anything else -> None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = re.fullmatch(r"\s*(\d{1,2})(?:\.(\d))?\s*", str(value or ""))
+    if not m:
+        return None
+    return int(m.group(1)) * 10 + int(m.group(2)) if m.group(2) is not None else int(m.group(1))
+
+
+def gpu_vendor_cc(name: str | None) -> tuple[str | None, int | None]:
+    """(vendor, compute capability) the GPU catalog gives a GPU name (``NVIDIA GeForce RTX 3090`` ->
+    ("nvidia", 86)); (None, None) for a name the catalog does not hold."""
+    if not name:
+        return None, None
+    from quantrack.errors import QuantrackError
+    from quantrack.hardware.catalog import get_gpu
+
+    try:
+        g = get_gpu(name)
+    except QuantrackError:
+        return None, None
+    return g.vendor, g.cc_int
+
+
+def fallback_gate(engine: str | None, *, quantization: str | None, weights: str | None = None,
+                  kernel: str | None = None, cc: int | None = None, gpu: str | None = None,
+                  engine_version: str | None = None) -> GateFinding | None:
+    """The rulebook's verdict on an FP8-weights node with no fallback line; None when it has nothing to add
+    (not FP8 weights, an engine without FP8 gates, a GPU with native FP8, or a native FP8 kernel line)."""
+    gates = _gpu_gates(engine)
+    if engine is None or not gates or not fp8_weights(quantization, weights, kernel):
+        return None
+    from quantrack.arms import make_arm
+    from quantrack.errors import QuantrackError
+
+    arm = make_arm("log", weights="fp8", quantization=None)
+    if cc is not None:
+        try:
+            rules = forced_fallbacks(NodeFacts(name=gpu or "gpu", vendor="nvidia", cc=cc), arm, engine,
+                                     engine_version)
+        except QuantrackError:  # a version string the rulebook cannot read: use the assumed version's gates
+            rules = forced_fallbacks(NodeFacts(name=gpu or "gpu", vendor="nvidia", cc=cc), arm, engine)
+        if not rules:
+            return None
+        r = rules[0]
+        where = f"{gpu} " if gpu else ""
+        return GateFinding("yes", r.fallback, r.id, r.source,
+                           f"FP8 weights on {where}(compute capability {cc // 10}.{cc % 10}): rule {r.id} says "
+                           f"{engine} runs them as {r.fallback} (no FP8 tensor cores below 8.9), whether or not "
+                           "the log shows the warning")
+    if native_fp8_kernel(kernel):
+        return None
+    return GateFinding("unknown", "", gates[0].id, gates[0].source,
+                       "FP8 weights on a GPU the log does not name (audit --gpu names it): below compute capability "
+                       f"8.9 {engine} runs FP8 weights as weight-only FP8 via Marlin, and the log shows neither that "
+                       "warning nor a native FP8 kernel line")
+
+
+def _gpu_gates(engine: str | None) -> list[Rule]:
+    """The engine's rules with a ``fallback`` that the GPU alone decides (a compute-capability range, no env):
+    the engines without one (llama.cpp) have no FP8 gate to apply."""
+    return [r for r in load_rules() if r.fallback and "env" not in r.match
+            and ("cc_min" in r.match or "cc_max" in r.match) and engine in _as_list(r.match.get("engine", []))]
+
+
+def report_gate(report: Any, gpu: str | None = None) -> GateFinding | None:
+    """``fallback_gate`` for a parsed log (an engines.base.LogReport): the GPU from ``gpu`` (a catalog name) when
+    given, else the compute capability or GPU name the log printed."""
+    vendor, cc = gpu_vendor_cc(gpu) if gpu else (None, parse_cc(report.extra.get("compute_capability")))
+    if cc is None and not gpu:
+        vendor, cc = gpu_vendor_cc(report.gpu)
+    if vendor not in (None, "nvidia"):  # the FP8 gates held are NVIDIA's (AMD: rule fp8-on-amd)
+        return None
+    return fallback_gate(report.engine, quantization=report.quantization, kernel=report.linear_kernel, cc=cc,
+                         gpu=gpu or report.gpu, engine_version=report.engine_version)
+
+
 def overall(verdicts: Iterable[Verdict]) -> str:
     """The worst verdict: reject > warn > allow (unchecked counts as allow)."""
     worst = "allow"
@@ -655,6 +814,7 @@ def overall(verdicts: Iterable[Verdict]) -> str:
 __all__ = [
     "UNCHECKED",
     "VERDICTS",
+    "GateFinding",
     "NodeFacts",
     "Rule",
     "StudyContext",
@@ -666,9 +826,12 @@ __all__ = [
     "evaluate",
     "evaluate_study",
     "facts_of",
+    "fallback_gate",
+    "forced_fallbacks",
     "get_rule",
     "load_rules",
     "overall",
     "parse_version",
+    "report_gate",
     "weights_share",
 ]

@@ -145,7 +145,32 @@ def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
             tpot_contention=_latency_contention(r),
             kv_scales=r.kv_scale_source, kv_scale_evidence=r.kv_scale_evidence,
         ))
+        from quantrack.hardware.rulebook import fallback_gate, gpu_vendor_cc, parse_cc
+
+        row = out[-1]
+        vendor, catalog_cc = gpu_vendor_cc(row.gpu)
+        if vendor in (None, "nvidia"):  # the FP8 gates held are NVIDIA's (AMD: rule fp8-on-amd)
+            cc = parse_cc(cfg.compute_capability) or catalog_cc
+            apply_gate(row, fallback_gate(cfg.engine, quantization=row.quantization, weights=cfg.weights,
+                                          kernel=row.effective_kernel, cc=cc, gpu=row.gpu,
+                                          engine_version=cfg.engine_version), r.run_id)
     return out
+
+
+def apply_gate(row: AuditRow, gate: Any, where: str) -> None:
+    """Read the rulebook's FP8 gate into a row whose log printed no fallback line (``hardware.rulebook.fallback_gate``):
+    a GPU below SM89 makes it a fallback (the rule is the evidence); an FP8 node on a GPU nobody named, with no
+    native-kernel line, is unknown, not clean. A failed start stays as it is (it served nothing)."""
+    if gate is None or row.fallback is True or row.failure:
+        return
+    if gate.state == "yes":
+        row.fallback = True
+        row.fallback_kinds = gate.kind
+        row.evidence = f"{where}: rule {gate.rule}: {gate.reason}"
+        row.unknown_reason = None
+    elif row.fallback is False:
+        row.fallback = None
+        row.unknown_reason = gate.reason
 
 
 def _latency_contention(r: ArmRun) -> str | None:
@@ -248,10 +273,12 @@ def log_verdict(report: LogReport) -> tuple[bool | None, str | None]:
     return False, None
 
 
-def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
+def rows_from_logs(paths: Iterable[Path], gpu: str | None = None) -> list[AuditRow]:
     """Parse raw startup logs with the engine adapters (engine detected from the text, every engine's fallback
-    catalogue searched). A file that cannot be read as a log is a row with fallback unknown and the reason."""
+    catalogue searched). A file that cannot be read as a log is a row with fallback unknown and the reason.
+    ``gpu`` (a catalog name): the GPU the logs ran on, for logs that do not name it (the FP8 gate needs it)."""
     from quantrack.engines import parse_log_file
+    from quantrack.hardware.rulebook import report_gate
 
     out = []
     for path in paths:
@@ -272,7 +299,7 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
         ev = rep.engine_evidence[0] if rep.engine_evidence else None
         failure = rep.extra.get("startup_failure") if rep.extra.get("startup_failed") else None
         out.append(AuditRow(
-            node=path.name, source=str(path), arm=None, gpu=rep.gpu,
+            node=path.name, source=str(path), arm=None, gpu=rep.gpu or gpu,
             compute_capability=rep.extra.get("compute_capability"), mig=None,
             engine=rep.engine, engine_version=rep.engine_version, quantization=rep.quantization,
             effective_kernel=rep.linear_kernel, fallback=fell,
@@ -287,6 +314,7 @@ def rows_from_logs(paths: Iterable[Path]) -> list[AuditRow]:
             cpu_placement=",".join(sorted({e.kind for e in placed})) or None,
             cpu_placement_evidence=f"{path.name}:{placed[0].line_no}: {placed[0].line.strip()}" if placed else None,
         ))
+        apply_gate(out[-1], report_gate(rep, gpu), path.name)
     return out
 
 
@@ -327,10 +355,10 @@ def add_tpot_deviation(rows: list[AuditRow]) -> None:
 
 
 def build_audit(runs: Iterable[RunRow | ArmRun] = (), log_dirs: Iterable[Path] = (),
-                node_facts: Iterable[RunRow] = ()) -> AuditReport:
+                node_facts: Iterable[RunRow] = (), gpu: str | None = None) -> AuditReport:
     rows = rows_from_runs(runs)
     for d in log_dirs:
-        rows += rows_from_logs(log_files(d))
+        rows += rows_from_logs(log_files(d), gpu)
     add_tpot_deviation(rows)
     probes = probes_by_node(node_facts)
     warnings = apply_probes(rows, probes)
@@ -348,11 +376,19 @@ def load_node_facts(uri: str | None) -> list[RunRow]:
         return []
 
 
-def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (), uri: str | None = None) -> AuditReport:
-    """Audit tracked runs of the experiments and/or raw log directories."""
+def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (), uri: str | None = None,
+          gpu: str | None = None) -> AuditReport:
+    """Audit tracked runs of the experiments and/or raw log directories (``gpu``: the raw logs' GPU, a catalog
+    name, for logs that do not name theirs)."""
     exps, dirs = list(experiments), [Path(d) for d in log_dirs]
     if not exps and not dirs:
         raise BadInput("nothing to audit: pass --experiment NAME and/or --logs DIR")
+    if gpu is not None:
+        if not dirs:
+            raise BadInput("--gpu names the GPU of raw logs: give --logs DIR (tracked runs carry their own GPU)")
+        from quantrack.hardware.catalog import get_gpu
+
+        gpu = get_gpu(gpu).name  # an unknown name: one line with the catalog's names
     runs: list[RunRow] = []
     facts: list[RunRow] = []
     if exps:
@@ -361,7 +397,7 @@ def audit(experiments: Iterable[str] = (), log_dirs: Iterable[str | Path] = (), 
         for e in exps:
             runs += load_runs(e, uri)
         facts = load_node_facts(uri)
-    return build_audit(runs, dirs, facts)
+    return build_audit(runs, dirs, facts, gpu)
 
 
 def _cell(v: Any) -> str:
