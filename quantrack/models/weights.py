@@ -7,8 +7,9 @@ a file whose size or mtime changed is hashed again.
 ``model_sha256`` is the file's digest for one file, and for a folder (an HF export, safetensors shards) the
 SHA-256 of its manifest (one ``<relative path> <sha256>`` line per weight file, sorted). ``source_sha256`` is the
 model the arm's weights were made from: for a known-model reference (``smollm2:Q8_0``, requantized here) the pinned
-digest of the file every type of it is derived from; otherwise the loaded weights themselves. Two arms whose source
-digests differ are different models, and ``compare`` will not pair them unless told to.
+digest of the file every type of it is derived from; for any other file it is not known (a GGUF's origin is not in
+the file), and None. Two arms whose source digests are both known and differ are different models, and ``compare``
+will not pair them unless told to.
 """
 
 from __future__ import annotations
@@ -110,22 +111,23 @@ def weights_provenance(model: str | None, model_ref: str | None = None, *,
     else:
         manifest = "".join(f"{r['path']} {r['sha256']}\n" for r in rows)
         digest = hashlib.sha256(manifest.encode()).hexdigest()
-    if source_sha is None:
-        source_sha, source = digest, "the loaded weights (no known-model reference)"
     return WeightsProvenance(digest, source_sha, source, rows)
+
+
+_NO_SOURCE = "unknown: not a known-model reference, and a weight file does not record what it was made from"
 
 
 def _pinned_source(model_ref: str | None) -> tuple[str | None, str]:
     if not model_ref:
-        return None, "unknown"
+        return None, _NO_SOURCE
     from quantrack.models.ref import parse_ref
     from quantrack.models.table import known_models
 
     parsed = parse_ref(model_ref)
     if parsed is None:
-        return None, "unknown"
+        return None, _NO_SOURCE
     entry = known_models().get(parsed[0])
     sha = getattr(entry, "sha256", None)
     if not sha:
-        return None, "unknown"
+        return None, _NO_SOURCE
     return str(sha), f"the pinned file of known model {parsed[0]!r} that {model_ref} is made from"

@@ -38,7 +38,7 @@ def test_a_file_is_hashed_once_per_version(tmp_path: Path, monkeypatch: pytest.M
     calls = _count_hashes(monkeypatch)
     w = weights_provenance(str(f), cache=cache)
     assert w.model_sha256 == hashlib.sha256(f.read_bytes()).hexdigest() == w.files[0]["sha256"]
-    assert w.source_sha256 == w.model_sha256 and "loaded weights" in w.source
+    assert w.source_sha256 is None and w.source.startswith("unknown")  # a file does not say what it came from
     assert weights_provenance(str(f), cache=cache).model_sha256 == w.model_sha256
     assert len(calls) == 1  # the second arm reads the cache
     f.write_bytes(b"GGUF" + os.urandom(4096))  # a new version of the file: hashed again, never the stale digest
