@@ -491,12 +491,16 @@ def request_from_study(path: str, **overrides: Any) -> PreflightRequest:
 
         model = load_gguf(study.model.gguf)
     gpu_name = overrides.pop("gpu", None) or study.gpu.name
+    from quantrack.accuracy.gsm8k import TASKS as GSM8K_TASKS
+
     fields: dict[str, Any] = {
         "gpus": resolve_gpus(gpu_name), "arms": list(study.arms), "engine": study.engine.kind,
         "engine_version": study.engine.version, "cuda": study.gpu.cuda, "model": model,
         "model_path": study.model.path or study.model.gguf, "util": study.gpu.util,
         "context_len": study.context_len, "tp": study.gpu.count,
-        "eval_questions": study.eval.num_questions if study.eval.task else None, "study_name": study.name,
+        # the GSM8K sample-size rule speaks of GSM8K's 1,319 test questions: a task file's size is its own
+        "eval_questions": study.eval.num_questions if study.eval.task in GSM8K_TASKS else None,
+        "study_name": study.name,
         "study": study, "unprovisioned": unprovisioned,
     }
     fields.update({k: v for k, v in overrides.items()
