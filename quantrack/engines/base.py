@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from quantrack.arms import Arm
 
 if TYPE_CHECKING:
+    from quantrack.engines.kvplan import KVScaleRequest, ScalePlan
+    from quantrack.engines.kvscale import KVScaleObservation
     from quantrack.hardware.catalog import ModelShape
 
 _GIB = 2**30
@@ -69,7 +71,7 @@ class LogReport:
     not_found: list[str] = field(default_factory=list)  # names of the fields above the log did not give
     engine_evidence: list[dict[str, Any]] = field(default_factory=list)  # the lines that decided the engine
     detection: dict[str, Any] = field(default_factory=dict)  # how the engine was chosen (auto scores | given)
-    kv_scales: dict[str, Any] | None = None  # quantrack.engines.kvscale.KVScaleObservation.to_dict() (vLLM/SGLang)
+    kv_scales: dict[str, Any] | None = None  # KVScaleObservation.to_dict() (EngineAdapter.observe_kv_scales)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -293,6 +295,22 @@ class EngineAdapter(ABC):
         it) through ``post(path, body) -> JSON``. ValueError when the answer is not what the engine sends."""
         raise NotImplementedError(f"{self.kind}: no prompt-logprob scoring")
 
+    def next_token_request(self, prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) asking for ONE greedy token after ``prefix`` with its top-k log-probabilities: the
+        decode-side KL method (quantrack.accuracy.kl KLMethod.DECODE_GREEDY). Called with a prefix that grows by one
+        token per step, an engine with prefix caching reads every earlier position's K/V from its cache -- the
+        quantized cache a candidate arm generates from -- and computes only the newest token, as decoding does.
+        BadInput for an engine whose adapter has none (``run_kl`` asks before any server is)."""
+        from quantrack.errors import BadInput
+
+        raise BadInput(f"{self.label or self.kind}: no decode-side KL (its adapter builds no next-token request); "
+                       "use the teacher-forced method")
+
+    def parse_next_token(self, resp: Any, k: int) -> tuple[dict[int, float], bool]:
+        """(top-k of the one generated token, whether the engine stopped there: end of sequence) from the answer to
+        ``next_token_request``. ValueError when the answer is not what the engine sends."""
+        raise ValueError(f"{self.label or self.kind}: no next-token answer to parse")
+
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """A second server of the same study beside a running one (the KL baseline): the same launch spec
         (TP, served name, context, study args) with one slot and ``util`` as its memory share."""
@@ -337,6 +355,21 @@ class EngineAdapter(ABC):
         from quantrack.arms import parse_arm_spec
 
         return parse_arm_spec(spec)
+
+    # -- KV-cache scales (quantrack.engines.kvplan before launch, quantrack.engines.kvscale from the log) -----------
+    kv_scale_rules_version: str | None = None  # the engine version whose code its KV-scale rules were read from
+
+    def plan_kv_scales(self, req: KVScaleRequest) -> ScalePlan | None:
+        """Which k/v scales this engine will use for the arm's KV cache, by a rule of ``rules/kv-scales.toml``
+        (``req.plan(rule_id)``) or ``unknown`` and why (``req.unknown``); None: quantrack has no KV-scale rules
+        for this engine (quantrack.engines.kvplan.plan_scales attaches the measurements)."""
+        return None
+
+    def observe_kv_scales(self, report: LogReport, lines: dict[str, tuple[int, str]]) -> KVScaleObservation | None:
+        """Which k/v scales the engine used, from the KV-scale lines its log's pass collected (``lines``: kind ->
+        (line number, line); quantrack.engines.kvscale.observe_lines reads them) and the report; None: its log is
+        not read for KV scales."""
+        return None
 
     # -- capacity (quantrack.hardware.capacity: the arithmetic; the adapter picks its engine's reservation model) ------
     def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,
