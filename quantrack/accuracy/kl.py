@@ -337,11 +337,12 @@ def _decode_text(pool: Any, base: _Server, cand: _Server, prompt: list[int], n: 
 
 
 def _check_engine(engine: str, top_k: int, decode: bool) -> None:
-    """What the engine's adapter can do, before any server is asked: BadInput for a top-k above what it returns
-    and, for the decode-side method, for an engine whose adapter builds no next-token request."""
+    """What the engine's adapter can do, before any server is asked: BadInput for an engine whose adapter has no
+    request for the method, and for a top-k above what it returns."""
     adapter = get_adapter(engine)
-    if decode:
-        adapter.next_token_request([0], top_k)
+    why = adapter.kl_unsupported(decode=decode)
+    if why:
+        raise BadInput(why)
     most = adapter.max_prompt_logprobs
     if most is not None and top_k > most:
         raise BadInput(f"--top-k {top_k}: {adapter.label} returns at most {most} prompt "

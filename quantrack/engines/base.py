@@ -292,24 +292,34 @@ class EngineAdapter(ABC):
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
         """Top-k log-probabilities at prompt positions ``start..len(ids)-1`` (each conditioned on the ids before
-        it) through ``post(path, body) -> JSON``. ValueError when the answer is not what the engine sends."""
-        raise NotImplementedError(f"{self.kind}: no prompt-logprob scoring")
+        it) through ``post(path, body) -> JSON``. ValueError when the answer is not what the engine sends; BadInput
+        for an engine whose adapter has none (the teacher-forced KL; ``run_kl`` asks ``kl_unsupported`` first)."""
+        from quantrack.errors import BadInput
+
+        raise BadInput(self.kl_unsupported(decode=False) or f"{self.kind}: no prompt-logprob scoring")
 
     def next_token_request(self, prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
         """(path, JSON body) asking for ONE greedy token after ``prefix`` with its top-k log-probabilities: the
         decode-side KL method (quantrack.accuracy.kl KLMethod.DECODE_GREEDY). Called with a prefix that grows by one
         token per step, an engine with prefix caching reads every earlier position's K/V from its cache -- the
         quantized cache a candidate arm generates from -- and computes only the newest token, as decoding does.
-        BadInput for an engine whose adapter has none (``run_kl`` asks before any server is)."""
+        BadInput for an engine whose adapter has none (``run_kl`` asks ``kl_unsupported`` first)."""
         from quantrack.errors import BadInput
 
-        raise BadInput(f"{self.label or self.kind}: no decode-side KL (its adapter builds no next-token request); "
-                       "use the teacher-forced method")
+        raise BadInput(self.kl_unsupported(decode=True) or f"{self.kind}: no next-token request")
 
     def parse_next_token(self, resp: Any, k: int) -> tuple[dict[int, float], bool]:
         """(top-k of the one generated token, whether the engine stopped there: end of sequence) from the answer to
         ``next_token_request``. ValueError when the answer is not what the engine sends."""
         raise ValueError(f"{self.label or self.kind}: no next-token answer to parse")
+
+    def kl_unsupported(self, *, decode: bool) -> str | None:
+        """Why this engine gives no decode-side (``decode``) or teacher-forced KL -- its adapter leaves the request
+        to this interface -- or None when it gives it (one line, for BadInput before any server is asked)."""
+        member, method = ("next_token_request", "decode-side") if decode else ("score_prompt", "teacher-forced")
+        if getattr(type(self), member) is getattr(EngineAdapter, member):
+            return f"{self.label or self.kind}: no {method} KL (its adapter has no {member})"
+        return None
 
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """A second server of the same study beside a running one (the KL baseline): the same launch spec

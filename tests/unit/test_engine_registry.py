@@ -182,9 +182,13 @@ def test_an_engine_the_adapter_gives_no_kv_rules_or_next_token_says_so() -> None
         report = LogReport(engine="bare", extra={"_kv_scale_lines": {"unscaled": (3, "Using KV cache scaling")}})
         finish_report(report)
         assert report.kv_scales is None and "_kv_scale_lines" not in report.extra
-        with pytest.raises(BadInput, match=r"^fake engine: no decode-side KL \(its adapter builds no next-token "
-                                           r"request\); use the teacher-forced method$"):
+        with pytest.raises(BadInput, match=r"^fake engine: no decode-side KL \(its adapter has no "
+                                           r"next_token_request\)$"):
             kl.run_kl("http://127.0.0.1:1", "http://127.0.0.1:1", "bare", method=kl.KLMethod.DECODE_GREEDY)
+        with pytest.raises(BadInput, match=r"^fake engine: no teacher-forced KL \(its adapter has no score_prompt\)$"):
+            kl.run_kl("http://127.0.0.1:1", "http://127.0.0.1:1", "bare")
+        with pytest.raises(BadInput, match="no decode-side KL"):
+            Bare().next_token_request([1], 2)  # called anyway: the same line, not a KeyError
     with pytest.raises(NotFound, match="unknown engine 'nosuch'.*known: vllm, sglang, llamacpp"):
         plan_scales(arm, "nosuch")
     report = LogReport(engine=None)
@@ -202,6 +206,7 @@ def test_every_built_in_engine_plans_and_observes_kv_scales_and_decodes(kind: st
     from quantrack.engines.kvplan import ScaleSource, plan_scales
 
     a = get_adapter(kind)
+    assert a.kl_unsupported(decode=True) is None and a.kl_unsupported(decode=False) is None
     plan = plan_scales(make_arm("x", weights="f16", kv="auto"), kind)
     assert plan is not None and plan.engine == kind and plan.source == ScaleSource.NOT_QUANTIZED
     assert a.observe_kv_scales(LogReport(engine=kind), {}) is not None
