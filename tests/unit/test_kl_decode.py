@@ -102,3 +102,29 @@ def test_study_kl_method_key(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="sampled"):
         load_study(p)
 
+
+def test_the_fake_engines_decode_side_kl_through_its_adapter_alone() -> None:
+    """The fake engine (tests/fake_engine.py) gives the decode-side KL in its adapter only -- its next-token request
+    and parser -- and run_kl drives two of its servers (tests/sse_fixture.py, answering /completion with a real
+    llama.cpp response) through them: the greedy loop appends the baseline's argmax, both servers see the same
+    prefixes, and two identical servers agree on every token with KL 0."""
+    from quantrack.accuracy.texts import TextPair
+    from tests.fake_engine import KIND, registered
+    from tests.sse_fixture import NEXT_TOKEN_ANSWER, FixtureServer
+
+    first = max(NEXT_TOKEN_ANSWER["completion_probabilities"][0]["top_logprobs"], key=lambda e: e["logprob"])
+    base, cand = FixtureServer().start(), FixtureServer().start()
+    try:
+        with registered():
+            r = kl.run_kl(base.base_url, cand.base_url, KIND, top_k=5, tokens=5, method=kl.KLMethod.DECODE_GREEDY,
+                          decode_tokens_per_text=3,
+                          texts=[TextPair("one two three", "four", "t1"), TextPair("five six", "seven", "t2")])
+    finally:
+        base.stop()
+        cand.stop()
+    assert (r.engine, r.kl_method, r.n_positions, r.n_texts) == (KIND, "decode-greedy", 5, 2)
+    assert r.top1_agree == 1.0 and r.kl_mean == 0.0 and r.topk_overlap == 1.0
+    sent = [q["body"] for q in base.requests if q["mode"] == "next-token"]
+    assert [q["body"] for q in cand.requests if q["mode"] == "next-token"] == sent
+    assert [len(b["prompt"]) for b in sent] == [3, 4, 5, 2, 3]  # 3 steps of text 1, then the 2 positions left
+    assert sent[1]["prompt"][-1] == first["id"] and sent[0]["n_probs"] == 5 and sent[0]["cache_prompt"] is True
