@@ -372,7 +372,7 @@ class EngineAdapter(ABC):
     def plan_kv_scales(self, req: KVScaleRequest) -> ScalePlan | None:
         """Which k/v scales this engine will use for the arm's KV cache, by a rule of ``rules/kv-scales.toml``
         (``req.plan(rule_id)``) or ``unknown`` and why (``req.unknown``); None: quantrack has no KV-scale rules
-        for this engine (quantrack.engines.kvplan.plan_scales attaches the measurements)."""
+        for this engine (quantrack.engines.plan_scales attaches the measurements)."""
         return None
 
     def observe_kv_scales(self, report: LogReport, lines: dict[str, tuple[int, str]]) -> KVScaleObservation | None:

@@ -3,10 +3,12 @@
 Owns the scale-source vocabulary (``ScaleSource``), reading what a Hugging Face checkpoint says about KV scales
 (``config.json``'s ``quantization_config`` -- compressed-tensors ``kv_cache_scheme``, ModelOpt
 ``kv_cache_quant_algo`` -- ``hf_quant_config.json``, and the *headers* of its ``*.safetensors`` files: tensor names,
-dtypes and shapes; never a weight byte), the rules, and the entry point ``plan_scales(arm, engine, ...)`` ->
-``ScalePlan``: the scale source, the rule id and message from ``rules/kv-scales.toml`` with the engine-code line it
-was read from, the log line that confirms it after launch, and quantrack's own measurements that bear on it. Pure
-apart from reading the checkpoint's small files; the engine's log side is ``quantrack.engines.kvscale``.
+dtypes and shapes; never a weight byte), the rules, and what a plan is (``ScalePlan``: the scale source, the rule
+id and message from ``rules/kv-scales.toml`` with the engine-code line it was read from, the log line that confirms
+it after launch, and quantrack's own measurements that bear on it). Pure apart from reading the checkpoint's small
+files; the engine's log side is ``quantrack.engines.kvscale``. The entry point, ``quantrack.engines.plan_scales(arm,
+engine, ...)``, asks the engine's adapter; this module imports no adapter and no registry (the interface's types
+come from here).
 
 What each engine does with a KV dtype and a checkpoint is its adapter's (``EngineAdapter.plan_kv_scales``, given a
 ``KVScaleRequest``; the engine version its logic was read from is ``kv_scale_rules_version``): for another version
@@ -349,28 +351,3 @@ class KVScaleRequest:
         return ScalePlan(arm=self.arm.name, engine=self.engine, kv=self.kv, source=ScaleSource.UNKNOWN,
                          rule_id=rule_id, message=message, engine_source=engine_source, log_line=log_line,
                          version_note=self.version_note)
-
-
-def plan_scales(arm: Any, engine: str, *, engine_version: str | None = None,
-                checkpoint: CheckpointKV | None = None, engine_args: tuple[str, ...] = ()) -> ScalePlan | None:
-    """The scale plan of one arm on ``engine``: its adapter decides (``EngineAdapter.plan_kv_scales``), and
-    quantrack's own measurements of the rule it chose are attached. None for an engine whose adapter has no KV-scale
-    rules; an engine not registered is BadInput naming the known ones."""
-    from quantrack.engines.registry import get_adapter
-
-    adapter = get_adapter(engine)
-    args = (*tuple(getattr(arm, "engine_args", ()) or ()), *engine_args)
-    kv = (flag_value(args, "--kv-cache-dtype") or arm.kv or "auto").lower()
-    read = adapter.kv_scale_rules_version
-    note = None
-    if read and engine_version and engine_version != read:
-        note = f"rules read from {adapter.kind} {read}; {adapter.kind} {engine_version} not checked"
-    plan = adapter.plan_kv_scales(KVScaleRequest(arm, adapter.kind, kv, args, checkpoint, note))
-    if plan is None:
-        return None
-    weights = getattr(arm, "weights", None)
-    if plan.source in (ScaleSource.UNSCALED, ScaleSource.UNKNOWN):
-        plan.measured = measured_for(adapter.kind, plan.kv, weights, plan.rule_id)
-    elif plan.source != ScaleSource.NOT_QUANTIZED:  # computed, per-token-head, refused ...: runs of that very rule
-        plan.measured = measured_for(adapter.kind, plan.kv, weights, plan.rule_id, rule_only=True)
-    return plan

@@ -157,7 +157,7 @@ def _dropped(b: Any, ln: Any) -> None:
         b.report.extra.setdefault(_KV_LINES, {}).setdefault("_dropped", (ln.no, ln.text))
 
 
-_KV_LINES = "_kv_scale_lines"  # scratch space in LogReport.extra while scanning; removed by finish_report
+_KV_LINES = "_kv_scale_lines"  # scratch space in LogReport.extra while scanning; removed by take_lines
 # the KV dtype as the engine states it: vLLM's cache-config line, SGLang's allocation line
 _DTYPE_MARKERS = (("data type to store kv cache", "_dtype_line"), ("KV Cache is allocated. dtype:", "_dtype_line"))
 RULES: list[Any] = [*((marker, _collect(kind)) for marker, kind in (*MARKERS, *_DTYPE_MARKERS)),
@@ -178,11 +178,7 @@ def observe_lines(report: Any, seen: dict[str, tuple[int, str]], *, unscaled_not
                   silence=silence)
 
 
-def finish_report(report: Any) -> None:
-    """Set ``report.kv_scales`` (ReportBuilder.finish): the report's engine's adapter reads what the pass collected
-    (``EngineAdapter.observe_kv_scales``); a report of no registered engine has no KV-scale observation (None)."""
-    from quantrack.engines.registry import ENGINE_KINDS, get_adapter
-
+def take_lines(report: Any) -> dict[str, tuple[int, str]]:
+    """The KV-scale lines the pass collected (kind -> (line number, line)), removed from ``report.extra``."""
     seen: dict[str, tuple[int, str]] = report.extra.pop(_KV_LINES, None) or {}
-    obs = get_adapter(report.engine).observe_kv_scales(report, seen) if report.engine in ENGINE_KINDS else None
-    report.kv_scales = obs.to_dict() if obs is not None else None
+    return seen

@@ -165,9 +165,9 @@ def test_an_engine_the_adapter_gives_no_kv_rules_or_next_token_says_so() -> None
     for the decode-side KL before any server is asked (it was a KeyError); an engine not registered is BadInput
     naming the known ones. None of it is a KeyError."""
     from quantrack.accuracy import kl
+    from quantrack.engines import plan_scales
     from quantrack.engines.base import EngineAdapter, LogReport
-    from quantrack.engines.kvplan import plan_scales
-    from quantrack.engines.kvscale import finish_report
+    from quantrack.engines.logparse import finish_kv_scales
     from quantrack.errors import BadInput, NotFound
     from tests.fake_engine import FakeAdapter, registered
 
@@ -180,7 +180,7 @@ def test_an_engine_the_adapter_gives_no_kv_rules_or_next_token_says_so() -> None
     with registered(Bare()):
         assert plan_scales(arm, "bare") is None
         report = LogReport(engine="bare", extra={"_kv_scale_lines": {"unscaled": (3, "Using KV cache scaling")}})
-        finish_report(report)
+        finish_kv_scales(report)
         assert report.kv_scales is None and "_kv_scale_lines" not in report.extra
         with pytest.raises(BadInput, match=r"^fake engine: no decode-side KL \(its adapter has no "
                                            r"next_token_request\)$"):
@@ -192,18 +192,19 @@ def test_an_engine_the_adapter_gives_no_kv_rules_or_next_token_says_so() -> None
     with pytest.raises(NotFound, match="unknown engine 'nosuch'.*known: vllm, sglang, llamacpp"):
         plan_scales(arm, "nosuch")
     report = LogReport(engine=None)
-    finish_report(report)  # no engine: nothing to observe
+    finish_kv_scales(report)  # no engine: nothing to observe
     assert report.kv_scales is None
     report = LogReport(engine="nosuch")
-    finish_report(report)
+    finish_kv_scales(report)
     assert report.kv_scales is None
 
 
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
 def test_every_built_in_engine_plans_and_observes_kv_scales_and_decodes(kind: str) -> None:
     """The three built-in adapters each answer the KV-scale plan, the log observation and the next-token request."""
+    from quantrack.engines import plan_scales
     from quantrack.engines.base import LogReport
-    from quantrack.engines.kvplan import ScaleSource, plan_scales
+    from quantrack.engines.kvplan import ScaleSource
 
     a = get_adapter(kind)
     assert a.kl_unsupported(decode=True) is None and a.kl_unsupported(decode=False) is None
