@@ -2,8 +2,9 @@
 by the tests that need it and never shipped: the proof that an engine is one module (docs/engines.md).
 
 Everything engine-specific is here and nowhere else: ``register()`` adds it to quantrack's registry, and the study
-file, the rulebook (its ``methods`` table), detection (its marker), the log parser, the launch and the live
-queries all find it through the adapter. What it serves is real test material, not invented output:
+file, the rulebook (its ``methods`` table), detection (its marker), the log parser, the launch, the live
+queries and the decode-side KL (its next-token request and parser) all find it through the adapter. What it serves
+is real test material, not invented output:
 
 - the server is tests/sse_fixture.py run as a process (chunks shaped like real llama.cpp streams,
   tests/data/llamacpp-stream-completions.sse), started and stopped by quantrack's ManagedServer;
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from quantrack import engines
 from quantrack.engines.base import (
@@ -68,6 +70,18 @@ class FakeAdapter(EngineAdapter):
         report = parse_llamacpp_log(lines, source, extra_rules)  # the canned log is llama.cpp's
         report.engine = self.kind
         return report
+
+    # the decode-side KL (quantrack.accuracy.kl, method decode-greedy): llama.cpp's one-token request and its answer,
+    # which the fixture serves at /completion (a real llama.cpp response)
+    def next_token_request(self, prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+        from quantrack.engines.llamacpp import llamacpp_request
+
+        return llamacpp_request(prefix, k)
+
+    def parse_next_token(self, resp: Any, k: int) -> tuple[dict[int, float], bool]:
+        from quantrack.engines.llamacpp import parse_llamacpp_next
+
+        return parse_llamacpp_next(resp, k)
 
     def query(self, base_url: str, timeout: float = 10.0) -> LiveFacts:
         import httpx

@@ -6,6 +6,8 @@ serves every case: ``http://127.0.0.1:PORT/<mode>`` is the base URL, ``/<mode>/v
 the endpoint. Modes: ok, short, long, cut, malformed, badjson, http500, http400, slow, nousage,
 auth (401 that echoes the key), stamp (each chunk's text is the server's perf_counter at send, then ';').
 A request that does not ask for a stream and names stop strings (GSM8K's) gets one JSON completion instead.
+``POST /completion`` (the fake engine's one-token request of the decode-side KL: llama.cpp's, n_probs) is answered
+with the real llama.cpp response stored in tests/data/kl/llamacpp-completion-nprobs.json, whatever the prefix.
 
 Run as a script for benchmarks (a separate process, so it does not share the client's GIL):
 ``python tests/sse_fixture.py --interval-ms 2`` prints ``PORT <n>`` and serves until killed (``--port N`` to
@@ -20,9 +22,13 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 SECRET = "sk-fixture-secret-123"
+# a real llama.cpp /completion answer (n_probs 20, stop_type "limit"; provenance in the file's "captured")
+NEXT_TOKEN_ANSWER = json.loads((Path(__file__).resolve().parent / "data" / "kl" / "llamacpp-completion-nprobs.json")
+                               .read_text(encoding="utf-8"))["response"]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -64,6 +70,10 @@ class _Handler(BaseHTTPRequestHandler):
             # fixture tokenizer: one id per whitespace-separated word
             words = str(body.get("content", body.get("prompt", ""))).split()
             self._json(200, {"tokens": [hash(w) % 49152 for w in words]})
+            return
+        if self.path.endswith("/completion"):
+            self.server.requests.append({"mode": "next-token", "body": body, "auth": self.headers.get("Authorization")})
+            self._json(200, NEXT_TOKEN_ANSWER)
             return
         if not self.path.endswith("/v1/completions"):
             self._json(404, {"error": {"code": 404, "message": "File Not Found"}})

@@ -7,7 +7,8 @@ into a top-1 agreement and a KL estimate with a rigorous lower bound (derivation
 Three layers, as elsewhere in quantrack:
 1. pure math on ``{token_id: logprob}`` dicts (``position_stats``, ``summarize``, ``bootstrap_ci``);
 2. the per-engine request builders and response parsers, owned by the engine adapters
-   (``quantrack.engines.scoring``, through ``EngineAdapter.tokenize_request`` / ``score_prompt``);
+   (``quantrack.engines.scoring`` holds what they share), through ``EngineAdapter.tokenize_request`` /
+   ``score_prompt`` and, for the decode-side method, ``next_token_request`` / ``parse_next_token``;
 3. the transport and driver, ``run_kl``, which the CLI and the study runner call.
 """
 
@@ -306,12 +307,10 @@ class _Server:
 
     def next_token(self, prefix: Sequence[int], k: int) -> tuple[TopK, bool]:
         """(top-k of the next token after ``prefix``, whether the engine stopped there: end of sequence)."""
-        from quantrack.engines.nexttoken import NEXT_TOKEN
-
-        build, parse = NEXT_TOKEN[self.engine]
-        path, body = build(prefix, k)
+        adapter = get_adapter(self.engine)
+        path, body = adapter.next_token_request(prefix, k)
         try:
-            return parse(self.post(path, body), k)
+            return adapter.parse_next_token(self.post(path, body), k)
         except ValueError as exc:
             raise EngineError(f"{self.role} server {self.url}: {exc}") from None
 
@@ -337,6 +336,19 @@ def _decode_text(pool: Any, base: _Server, cand: _Server, prompt: list[int], n: 
     return out
 
 
+def _check_engine(engine: str, top_k: int, decode: bool) -> None:
+    """What the engine's adapter can do, before any server is asked: BadInput for an engine whose adapter has no
+    request for the method, and for a top-k above what it returns."""
+    adapter = get_adapter(engine)
+    why = adapter.kl_unsupported(decode=decode)
+    if why:
+        raise BadInput(why)
+    most = adapter.max_prompt_logprobs
+    if most is not None and top_k > most:
+        raise BadInput(f"--top-k {top_k}: {adapter.label} returns at most {most} prompt "
+                       "log-probabilities by default (--max-logprobs)")
+
+
 def run_kl(baseline_url: str, candidate_url: str, engine: str, *, texts: Iterable[TextPair] | None = None,
            tokens: int = DEFAULT_TOKENS, top_k: int = DEFAULT_TOP_K,
            progress: Callable[[str], None] | None = None, timeout_s: float = 300.0,
@@ -360,10 +372,7 @@ def run_kl(baseline_url: str, candidate_url: str, engine: str, *, texts: Iterabl
         raise BadInput(f"--tokens must be at least 1, got {tokens}")
     if not 1 <= top_k <= MAX_TOP_K:
         raise BadInput(f"--top-k must be between 1 and {MAX_TOP_K}, got {top_k}")
-    most = get_adapter(engine).max_prompt_logprobs
-    if most is not None and top_k > most:
-        raise BadInput(f"--top-k {top_k}: {get_adapter(engine).label} returns at most {most} prompt "
-                       "log-probabilities by default (--max-logprobs)")
+    _check_engine(engine, top_k, decode)
     base_url = normalize_url(baseline_url, "--baseline")
     cand_url = normalize_url(candidate_url, "--candidate")
     if texts is None:

@@ -1,6 +1,7 @@
 """Engine adapters by name: ``get_adapter("vllm" | "sglang" | "llamacpp")``, the registry (``register``), engine
 detection from log text (quantrack.engines.detect: per-line marker scores, with the deciding lines), and one entry
-point that parses a log of any engine with every engine's fallback catalogue. What a log establishes (the arm, the
+point that parses a log of any engine with every engine's fallback catalogue, and the KV-scale plan of an arm
+(``plan_scales``, the adapter's ``plan_kv_scales``). What a log establishes (the arm, the
 parallel layout) and the capacity reconciliation are quantrack.engines.reconcile.
 
 The registry itself is quantrack.engines.registry (re-exported here). Built-in adapters are registered as module
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantrack.engines import base as _base
 from quantrack.engines.base import EngineAdapter, LogEvent, LogReport
@@ -30,6 +31,9 @@ from quantrack.engines.registry import (
     unregister,
 )
 from quantrack.errors import BadInput
+
+if TYPE_CHECKING:
+    from quantrack.engines.kvplan import CheckpointKV, ScalePlan
 
 DETECT_BYTES = 512 * 1024  # kept for callers of the old head-based detection (quantrack.engines.detect reads more)
 
@@ -142,6 +146,32 @@ def parse_log_file(path: str | Path, engine: str = "auto", *, strict: bool = Tru
 _base.parse_captured_log = parse_log_file
 
 
+def plan_scales(arm: Any, engine: str, *, engine_version: str | None = None,
+                checkpoint: CheckpointKV | None = None, engine_args: tuple[str, ...] = ()) -> ScalePlan | None:
+    """Which k/v scales ``engine`` will use for one arm's KV cache (quantrack.engines.kvplan): its adapter decides
+    (``EngineAdapter.plan_kv_scales``), and
+    quantrack's own measurements of the rule it chose are attached. None for an engine whose adapter has no KV-scale
+    rules; an engine not registered is BadInput naming the known ones."""
+    from quantrack.engines.kvplan import KVScaleRequest, ScaleSource, flag_value, measured_for
+
+    adapter = get_adapter(engine)
+    args = (*tuple(getattr(arm, "engine_args", ()) or ()), *engine_args)
+    kv = (flag_value(args, "--kv-cache-dtype") or arm.kv or "auto").lower()
+    read = adapter.kv_scale_rules_version
+    note = None
+    if read and engine_version and engine_version != read:
+        note = f"rules read from {adapter.kind} {read}; {adapter.kind} {engine_version} not checked"
+    plan = adapter.plan_kv_scales(KVScaleRequest(arm, adapter.kind, kv, args, checkpoint, note))
+    if plan is None:
+        return None
+    weights = getattr(arm, "weights", None)
+    if plan.source in (ScaleSource.UNSCALED, ScaleSource.UNKNOWN):
+        plan.measured = measured_for(adapter.kind, plan.kv, weights, plan.rule_id)
+    elif plan.source != ScaleSource.NOT_QUANTIZED:  # computed, per-token-head, refused ...: runs of that very rule
+        plan.measured = measured_for(adapter.kind, plan.kv, weights, plan.rule_id, rule_only=True)
+    return plan
+
+
 def parse_logs(paths: Iterable[str | Path], engine: str = "auto") -> list[LogReport]:
     return [parse_log_file(p, engine) for p in paths]
 
@@ -179,6 +209,7 @@ __all__ = [
     "normalize_kind",
     "parse_log_file",
     "parse_logs",
+    "plan_scales",
     "register",
     "registry_generation",
     "unclear_engine_message",

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from quantrack.arms import Arm
 
 if TYPE_CHECKING:
+    from quantrack.engines.kvplan import KVScaleRequest, ScalePlan
+    from quantrack.engines.kvscale import KVScaleObservation
     from quantrack.hardware.catalog import ModelShape
 
 _GIB = 2**30
@@ -69,7 +71,7 @@ class LogReport:
     not_found: list[str] = field(default_factory=list)  # names of the fields above the log did not give
     engine_evidence: list[dict[str, Any]] = field(default_factory=list)  # the lines that decided the engine
     detection: dict[str, Any] = field(default_factory=dict)  # how the engine was chosen (auto scores | given)
-    kv_scales: dict[str, Any] | None = None  # quantrack.engines.kvscale.KVScaleObservation.to_dict() (vLLM/SGLang)
+    kv_scales: dict[str, Any] | None = None  # KVScaleObservation.to_dict() (EngineAdapter.observe_kv_scales)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -290,8 +292,34 @@ class EngineAdapter(ABC):
     def score_prompt(self, post: Callable[[str, dict[str, Any]], Any], ids: Sequence[int], start: int,
                      k: int) -> list[dict[int, float]]:
         """Top-k log-probabilities at prompt positions ``start..len(ids)-1`` (each conditioned on the ids before
-        it) through ``post(path, body) -> JSON``. ValueError when the answer is not what the engine sends."""
-        raise NotImplementedError(f"{self.kind}: no prompt-logprob scoring")
+        it) through ``post(path, body) -> JSON``. ValueError when the answer is not what the engine sends; BadInput
+        for an engine whose adapter has none (the teacher-forced KL; ``run_kl`` asks ``kl_unsupported`` first)."""
+        from quantrack.errors import BadInput
+
+        raise BadInput(self.kl_unsupported(decode=False) or f"{self.kind}: no prompt-logprob scoring")
+
+    def next_token_request(self, prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) asking for ONE greedy token after ``prefix`` with its top-k log-probabilities: the
+        decode-side KL method (quantrack.accuracy.kl KLMethod.DECODE_GREEDY). Called with a prefix that grows by one
+        token per step, an engine with prefix caching reads every earlier position's K/V from its cache -- the
+        quantized cache a candidate arm generates from -- and computes only the newest token, as decoding does.
+        BadInput for an engine whose adapter has none (``run_kl`` asks ``kl_unsupported`` first)."""
+        from quantrack.errors import BadInput
+
+        raise BadInput(self.kl_unsupported(decode=True) or f"{self.kind}: no next-token request")
+
+    def parse_next_token(self, resp: Any, k: int) -> tuple[dict[int, float], bool]:
+        """(top-k of the one generated token, whether the engine stopped there: end of sequence) from the answer to
+        ``next_token_request``. ValueError when the answer is not what the engine sends."""
+        raise ValueError(f"{self.label or self.kind}: no next-token answer to parse")
+
+    def kl_unsupported(self, *, decode: bool) -> str | None:
+        """Why this engine gives no decode-side (``decode``) or teacher-forced KL -- its adapter leaves the request
+        to this interface -- or None when it gives it (one line, for BadInput before any server is asked)."""
+        member, method = ("next_token_request", "decode-side") if decode else ("score_prompt", "teacher-forced")
+        if getattr(type(self), member) is getattr(EngineAdapter, member):
+            return f"{self.label or self.kind}: no {method} KL (its adapter has no {member})"
+        return None
 
     def side_server_spec(self, spec: LaunchSpec, util: float | None) -> LaunchSpec:
         """A second server of the same study beside a running one (the KL baseline): the same launch spec
@@ -337,6 +365,21 @@ class EngineAdapter(ABC):
         from quantrack.arms import parse_arm_spec
 
         return parse_arm_spec(spec)
+
+    # -- KV-cache scales (quantrack.engines.kvplan before launch, quantrack.engines.kvscale from the log) -----------
+    kv_scale_rules_version: str | None = None  # the engine version whose code its KV-scale rules were read from
+
+    def plan_kv_scales(self, req: KVScaleRequest) -> ScalePlan | None:
+        """Which k/v scales this engine will use for the arm's KV cache, by a rule of ``rules/kv-scales.toml``
+        (``req.plan(rule_id)``) or ``unknown`` and why (``req.unknown``); None: quantrack has no KV-scale rules
+        for this engine (quantrack.engines.plan_scales attaches the measurements)."""
+        return None
+
+    def observe_kv_scales(self, report: LogReport, lines: dict[str, tuple[int, str]]) -> KVScaleObservation | None:
+        """Which k/v scales the engine used, from the KV-scale lines its log's pass collected (``lines``: kind ->
+        (line number, line); quantrack.engines.kvscale.observe_lines reads them) and the report; None: its log is
+        not read for KV scales."""
+        return None
 
     # -- capacity (quantrack.hardware.capacity: the arithmetic; the adapter picks its engine's reservation model) ------
     def predict_capacity(self, shape: ModelShape, gpu_memory_bytes: float, arm: Arm, kv: str,

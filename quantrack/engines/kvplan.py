@@ -3,13 +3,16 @@
 Owns the scale-source vocabulary (``ScaleSource``), reading what a Hugging Face checkpoint says about KV scales
 (``config.json``'s ``quantization_config`` -- compressed-tensors ``kv_cache_scheme``, ModelOpt
 ``kv_cache_quant_algo`` -- ``hf_quant_config.json``, and the *headers* of its ``*.safetensors`` files: tensor names,
-dtypes and shapes; never a weight byte), and the decision ``plan_scales(arm, engine, ...)`` -> ``ScalePlan``: the
-scale source, the rule id and message from ``rules/kv-scales.toml`` with the engine-code line it was read from, the
-log line that confirms it after launch, and quantrack's own measurements that bear on it. Pure apart from reading
-the checkpoint's small files; the engine's log side is ``quantrack.engines.kvscale``.
+dtypes and shapes; never a weight byte), the rules, and what a plan is (``ScalePlan``: the scale source, the rule
+id and message from ``rules/kv-scales.toml`` with the engine-code line it was read from, the log line that confirms
+it after launch, and quantrack's own measurements that bear on it). Pure apart from reading the checkpoint's small
+files; the engine's log side is ``quantrack.engines.kvscale``. The entry point, ``quantrack.engines.plan_scales(arm,
+engine, ...)``, asks the engine's adapter; this module imports no adapter and no registry (the interface's types
+come from here).
 
-Engine logic read from vLLM 0.25.0 (sdist, commit dd10e03f9) and SGLang 0.5.16 (wheel); for another version the
-plan says so (``version_note``) instead of claiming the same code.
+What each engine does with a KV dtype and a checkpoint is its adapter's (``EngineAdapter.plan_kv_scales``, given a
+``KVScaleRequest``; the engine version its logic was read from is ``kv_scale_rules_version``): for another version
+the plan says so (``version_note``) instead of claiming the same code. This module names no engine.
 """
 
 from __future__ import annotations
@@ -26,10 +29,7 @@ from typing import Any
 from quantrack.errors import BadInput
 
 RULES_FILE = "kv-scales.toml"
-READ_VERSIONS = {"vllm": "0.25.0", "sglang": "0.5.16"}  # the engine code the rules cite
 MAX_HEADER_BYTES = 100 * 2**20  # a safetensors header larger than this is not a header
-# vLLM's per-token-head KV dtypes (vllm@dd10e03f9:vllm/v1/kv_cache_interface.py:L63-L70)
-PER_TOKEN_HEAD = ("fp8_per_token_head", "int8_per_token_head", "int4_per_token_head")
 UNQUANTIZED_KV = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32", "")
 GGUF_KV_QUANTIZED = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 _SCALE_SUFFIXES = (".k_scale", ".v_scale", ".kv_scale", ".k_cache.scale", ".v_cache.scale")
@@ -287,17 +287,8 @@ class ScalePlan:
         return f"KV scales: {self.source.value} [{self.rule_id}] {self.message}{extra}; source {self.engine_source}"
 
 
-def _plan(arm_name: str, engine: str, kv: str, rule_id: str, ckpt: CheckpointKV | None,
-          version_note: str | None, message_extra: str = "") -> ScalePlan:
-    r = rule(rule_id)
-    msg = r["message"] + (f"; {message_extra}" if message_extra else "")
-    return ScalePlan(arm=arm_name, engine=engine, kv=kv, source=ScaleSource(r["scale_source"]), rule_id=rule_id,
-                     message=msg, engine_source=r["source"], log_line=r.get("log_line"),
-                     checkpoint=ckpt.to_dict() if ckpt else None, version_note=version_note,
-                     )
-
-
-def _flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
+def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
+    """The value of the last ``flag VALUE`` or ``flag=VALUE`` in ``args`` (None: not given)."""
     out = None
     for i, a in enumerate(args):
         if a == flag and i + 1 < len(args):
@@ -307,109 +298,56 @@ def _flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
     return out
 
 
-def plan_scales(arm: Any, engine: str, *, engine_version: str | None = None,
-                checkpoint: CheckpointKV | None = None, engine_args: tuple[str, ...] = ()) -> ScalePlan | None:
-    """The scale plan of one arm on ``engine``; None for an engine quantrack has no KV-scale rules for."""
-    args = (*tuple(getattr(arm, "engine_args", ()) or ()), *engine_args)
-    kv = _flag_value(args, "--kv-cache-dtype") or arm.kv or "auto"
-    kv = kv.lower()
-    name = arm.name
-    read = READ_VERSIONS.get(engine)
-    note = None
-    if read and engine_version and engine_version != read:
-        note = f"rules read from {engine} {read}; {engine} {engine_version} not checked"
-    ck = checkpoint
-    if engine == "llamacpp":
-        if kv in GGUF_KV_QUANTIZED or _flag_value(args, "--cache-type-k") in GGUF_KV_QUANTIZED:
-            return _plan(name, engine, kv, "llamacpp-kv-block-scales", None, None)
-        return _plan(name, engine, kv, "kv-not-quantized", None, None)
-    if engine not in ("vllm", "sglang"):
-        return None
-    plan = _plan_vllm(name, kv, args, arm, ck, note) if engine == "vllm" else _plan_sglang(name, kv, args, arm, ck, note)
-    weights = getattr(arm, "weights", None)
-    if plan.source in (ScaleSource.UNSCALED, ScaleSource.UNKNOWN):
-        plan.measured = measured_for(engine, plan.kv, weights, plan.rule_id)
-    elif plan.source != ScaleSource.NOT_QUANTIZED:  # computed, per-token-head, refused ...: runs of that very rule
-        plan.measured = measured_for(engine, plan.kv, weights, plan.rule_id, rule_only=True)
-    return plan
+@dataclass(frozen=True)
+class KVScaleRequest:
+    """What an adapter's ``plan_kv_scales`` decides from: the arm, the engine's kind, the KV dtype asked for (a
+    ``--kv-cache-dtype`` argument wins over the arm's ``kv``; lower case), every engine argument (the arm's, then the
+    study's), the checkpoint as read (None: none given) and ``version_note`` (the engine's version is not the one its
+    rules were read from)."""
 
+    arm: Any
+    engine: str
+    kv: str
+    args: tuple[str, ...] = ()
+    checkpoint: CheckpointKV | None = None
+    version_note: str | None = None
 
-def _unknown_checkpoint(ck: CheckpointKV | None) -> str:
-    if ck is None:
-        return "no checkpoint given"
-    return f"checkpoint {ck.path}: {ck.note or 'not read'}"
+    @property
+    def read_checkpoint(self) -> CheckpointKV | None:
+        """The checkpoint when its files were read (None: none given, or not read)."""
+        return self.checkpoint if self.checkpoint is not None and self.checkpoint.read else None
 
+    def flag(self, flag: str) -> str | None:
+        return flag_value(self.args, flag)
 
-def _plan_vllm(name: str, kv: str, args: tuple[str, ...], arm: Any, ck: CheckpointKV | None,
-               note: str | None) -> ScalePlan:
-    scheme = ck.kv_cache_scheme if ck and ck.read else None
-    if kv in UNQUANTIZED_KV:
-        if kv == "auto" and scheme is not None:
-            return _plan(name, "vllm", "fp8", "vllm-kv-scheme-auto-fp8" if ck and ck.has_scales
-                         else "vllm-kv-scheme-no-scales", ck, note)
-        return _plan(name, "vllm", kv, "kv-not-quantized", ck, note)
-    if kv in PER_TOKEN_HEAD:
-        return _plan(name, "vllm", kv, "vllm-kv-per-token-head", ck, note)
-    method = _flag_value(args, "--quantization") or getattr(arm, "quantization", None) or \
-        (ck.quant_method if ck and ck.read else None)
-    if kv == "fp8_e5m2":
-        if method and not (method == "compressed-tensors" and scheme is None):
-            return _plan(name, "vllm", kv, "vllm-kv-e5m2-quantized-checkpoint", ck, note,
-                         f"quantization method {method!r}")
-        backend = (_flag_value(args, "--attention-backend") or "").upper()
-        if backend == "TRITON_ATTN":  # its impl quantizes the query on CUDA: the fp8* query path asserts
-            return _plan(name, "vllm", kv, "vllm-kv-e5m2-query-quant", ck, note, "--attention-backend TRITON_ATTN")
-        return _plan(name, "vllm", kv, "vllm-kv-e5m2-unscaled", ck, note)
-    if "--calculate-kv-scales" in args:
-        return _plan(name, "vllm", kv, "vllm-kv-calculate-scales", ck, note)
-    if ck is None or not ck.read:  # its quantization_config and scale tensors are unknown: so is the source
-        return ScalePlan(arm=name, engine="vllm", kv=kv, source=ScaleSource.UNKNOWN, rule_id="kv-checkpoint-unread",
-                         message=f"the checkpoint was not read ({_unknown_checkpoint(ck)}): checkpoint scales or "
-                                 "1.0 cannot be told apart before launch; the log will say",
-                         engine_source=rule("vllm-kv-checkpoint-scales")["source"],
-                         log_line=rule("vllm-kv-unscaled-warned").get("log_line"), version_note=note)
-    if not method:
-        if ck.has_scales:
-            return _plan(name, "vllm", kv, "vllm-kv-scales-without-method", ck, note)
-        return _plan(name, "vllm", kv, "vllm-kv-unscaled-silent", ck, note)
-    if ck.has_scales:
-        return _plan(name, "vllm", kv, "vllm-kv-checkpoint-scales", ck, note,
-                     f"{ck.scale_tensors} scale tensors ({ck.scale_layout}, named {ck.scale_naming})")
-    if scheme is not None:
-        return _plan(name, "vllm", kv, "vllm-kv-scheme-no-scales", ck, note)
-    return _plan(name, "vllm", kv, "vllm-kv-unscaled-warned", ck, note)
+    def quantization_method(self) -> str | None:
+        """The quantization method: a ``--quantization`` argument, else the arm's, else the checkpoint's config."""
+        ck = self.read_checkpoint
+        return self.flag("--quantization") or getattr(self.arm, "quantization", None) or \
+            (ck.quant_method if ck else None)
 
+    def checkpoint_note(self) -> str:
+        """Why the checkpoint says nothing (for an ``unknown`` plan)."""
+        ck = self.checkpoint
+        if ck is None:
+            return "no checkpoint given"
+        return f"checkpoint {ck.path}: {ck.note or 'not read'}"
 
-def _plan_sglang(name: str, kv: str, args: tuple[str, ...], arm: Any, ck: CheckpointKV | None,
-                 note: str | None) -> ScalePlan:
-    if kv == "fp8":
-        kv = "fp8_e4m3"  # quantrack's fp8 is SGLang's fp8_e4m3 (rules/methods.toml)
-    if kv in UNQUANTIZED_KV:
-        return _plan(name, "sglang", kv, "kv-not-quantized", ck, note)
-    if kv == "fp8_e5m2":
-        return _plan(name, "sglang", kv, "sglang-kv-e5m2-unscaled", ck, note)
-    if kv != "fp8_e4m3":
-        return ScalePlan(arm=name, engine="sglang", kv=kv, source=ScaleSource.UNKNOWN, rule_id="kv-dtype-unchecked",
-                         message=f"KV dtype {kv}: quantrack has not read how SGLang scales it", engine_source="",
-                         version_note=note)
-    if _flag_value(args, "--quantization-param-path"):
-        method = _flag_value(args, "--quantization") or getattr(arm, "quantization", None) or \
-            (ck.quant_method if ck and ck.read else None)
-        backend = (_flag_value(args, "--attention-backend") or "").lower()
-        if backend == "triton" and not method:  # k_scale set, k_scale_float left None: decode graph capture fails
-            return _plan(name, "sglang", kv, "sglang-kv-param-path-triton-crash", ck, note,
-                         "--attention-backend triton, no quantization method")
-        return _plan(name, "sglang", kv, "sglang-kv-param-path", ck, note)
-    if ck is not None and ck.read and ck.has_scales:
-        if (ck.model_type or "").lower() == "qwen2":
-            return _plan(name, "sglang", kv, "sglang-kv-qwen2-checkpoint-scales-dropped", ck, note,
-                         f"{ck.scale_tensors} scale tensors in the checkpoint are not used")
-        return _plan(name, "sglang", kv, "sglang-kv-checkpoint-scales-arch-unchecked", ck, note,
-                     f"model_type {ck.model_type or 'unknown'}")
-    if ck is None or not ck.read:
-        return ScalePlan(arm=name, engine="sglang", kv=kv, source=ScaleSource.UNKNOWN, rule_id="kv-checkpoint-unread",
-                         message=f"the checkpoint was not read ({_unknown_checkpoint(ck)}): whether it carries k/v "
-                                 "scales is not known; with none SGLang uses 1.0",
-                         engine_source=rule("sglang-kv-unscaled-warned")["source"],
-                         log_line=rule("sglang-kv-unscaled-warned").get("log_line"), version_note=note)
-    return _plan(name, "sglang", kv, "sglang-kv-unscaled-warned", ck, note)
+    def plan(self, rule_id: str, message_extra: str = "", *, kv: str | None = None,
+             with_checkpoint: bool = True) -> ScalePlan:
+        """The plan a rule of ``rules/kv-scales.toml`` decides (its scale source, message, engine-code source and
+        confirming log line); ``kv``: the dtype the engine will use when it is not the one asked for."""
+        r = rule(rule_id)
+        msg = r["message"] + (f"; {message_extra}" if message_extra else "")
+        ck = self.checkpoint if with_checkpoint else None
+        return ScalePlan(arm=self.arm.name, engine=self.engine, kv=kv or self.kv,
+                         source=ScaleSource(r["scale_source"]), rule_id=rule_id, message=msg,
+                         engine_source=r["source"], log_line=r.get("log_line"),
+                         checkpoint=ck.to_dict() if ck else None,
+                         version_note=self.version_note if with_checkpoint else None)
+
+    def unknown(self, rule_id: str, message: str, engine_source: str = "", log_line: str | None = None) -> ScalePlan:
+        """An ``unknown`` plan and why (no rule decides it: the message says what is missing)."""
+        return ScalePlan(arm=self.arm.name, engine=self.engine, kv=self.kv, source=ScaleSource.UNKNOWN,
+                         rule_id=rule_id, message=message, engine_source=engine_source, log_line=log_line,
+                         version_note=self.version_note)

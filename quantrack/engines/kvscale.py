@@ -25,11 +25,16 @@ SGLang 0.5.16 (python/sglang/srt/...):
 vLLM prints nothing when it loads checkpoint scales, and nothing for FP8 KV on unquantized weights (no KV
 quantization method exists then: scales 1.0); the verdict says which of those the log's other facts point to, or
 ``unknown`` with the reason.
+
+What is one engine's own -- what its silence means, what its 'scales 1.0' line leaves out, an engine with no scale
+lines at all (llama.cpp) -- is its adapter's (``EngineAdapter.observe_kv_scales``, which calls ``observe_lines`` or
+reads its own report); this module names no engine.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,11 +86,18 @@ def _ev(kind: str, at: tuple[int, str]) -> dict[str, Any]:
     return {"line_no": at[0], "kind": kind, "line": at[1].strip()[:500]}
 
 
+# what an engine's silence means for a quantized (non-e5m2) KV cache with no KV-scale line: (quantization method or
+# None, whether the log reaches past the weight loading) -> (source, why); None: the silence says nothing
+Silence = Callable[[str | None, bool], tuple[ScaleSource, str] | None]
+
+
 def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, kv_dtype: str | None,
-           quantization: str | None, engine: str | None, *, covers_load: bool = True) -> KVScaleObservation:
-    """The verdict from the lines found (pure; ``finish_report`` feeds it what the parser's pass collected).
-    ``covers_load``: the log reaches past the weight loading, where the scale warnings are printed (an absence of a
-    line is evidence only then)."""
+           quantization: str | None, *, covers_load: bool = True, unscaled_note: str = "",
+           silence: Silence | None = None) -> KVScaleObservation:
+    """The verdict from the lines found (pure; an adapter's ``observe_kv_scales`` feeds it what the parser's pass
+    collected, through ``observe_lines``). ``covers_load``: the log reaches past the weight loading, where the scale
+    warnings are printed (an absence of a line is evidence only then). The engine's own part: ``unscaled_note``, what
+    its 'scales 1.0' line does not say, and ``silence``, what no line at all means."""
     evidence = [_ev(k, v) for k, v in sorted(found.items(), key=lambda kv: kv[1][0])]
     if dropped:
         evidence.append(_ev("checkpoint_scale_not_loaded", dropped))
@@ -115,55 +127,17 @@ def decide(found: dict[str, tuple[int, str]], dropped: tuple[int, str] | None, k
         why = "the engine's own line: k/v scales 1.0"
         if dropped:
             why += "; checkpoint scale tensors were present but not loaded"
-        if engine == "sglang":
-            why += (" (SGLang prints this whenever --quantization-param-path is absent; it does not report scales a "
-                    "quantization method loaded from the checkpoint)")
-        return obs(ScaleSource.UNSCALED, why)
+        return obs(ScaleSource.UNSCALED, why + unscaled_note)
     if not quantized_kv:
         if kv_dtype is None:
             return obs(ScaleSource.UNKNOWN, "the log shows no KV dtype and no KV-scale line")
         return obs(ScaleSource.NOT_QUANTIZED, f"KV cache {kv_dtype}: not quantized")
     if "e5m2" in kvq:
         return obs(ScaleSource.UNSCALED, "fp8_e5m2 KV: the engines load no scales for e5m2 and print no line for it")
-    if engine == "vllm":
-        src, why = _vllm_silent(q, covers_load)
-        return obs(src, why)
+    said = silence(q, covers_load) if silence is not None else None
+    if said is not None:
+        return obs(*said)
     return obs(ScaleSource.UNKNOWN, f"quantized KV ({kv_dtype}) but no KV-scale line in the log")
-
-
-def _vllm_silent(q: str | None, covers_load: bool) -> tuple[ScaleSource, str]:
-    """FP8 KV on vLLM without any KV-scale line: what the silence means, given the quantization and whether the log
-    reaches past the weight loading (where vLLM prints its 'scaling factor 1.0' warning)."""
-    if q is None:
-        return ScaleSource.UNSCALED, ("FP8 KV with no quantization method (config banner quantization=None): vLLM has "
-                                      "no KV method to load scales into, so they are the default 1.0 and it prints no "
-                                      "scale line")
-    if not covers_load:
-        # the warning is printed once the weights are processed (after loading): a log cut before that point cannot
-        # show its absence
-        return ScaleSource.UNKNOWN, (f"quantization={q}, FP8 KV and no 'scaling factor 1.0' line, but the log stops "
-                                     "before the weights were loaded (no 'Model loading took' or later figure), "
-                                     "where that line would be printed: its absence proves nothing")
-    return ScaleSource.CHECKPOINT, (f"quantization={q} and no 'scaling factor 1.0' line in a log that reaches past "
-                                    "the weight loading: vLLM warns whenever both k and v scales are 1.0, so the "
-                                    "scales came from the checkpoint")
-
-
-def from_llamacpp(report: Any) -> KVScaleObservation | None:
-    """llama.cpp prints no scale line: its quantized KV types (q8_0, q4_0, ...) carry a scale per block of 32 values,
-    computed when the cache is written. The K/V types come from its ``llama_kv_cache: size = ... K (q8_0) ...`` line
-    (llama.cpp@0c1e57098:src/llama-kv-cache.cpp:L301), which the llama.cpp parser already read."""
-    from quantrack.engines.kvplan import GGUF_KV_QUANTIZED
-
-    k, v = report.extra.get("k_type"), report.extra.get("v_type")
-    if not k or not v:
-        return KVScaleObservation(ScaleSource.UNKNOWN, "no llama_kv_cache line with the K/V types in the log")
-    kinds = f"K ({k}), V ({v})"
-    if k in GGUF_KV_QUANTIZED or v in GGUF_KV_QUANTIZED:
-        return KVScaleObservation(ScaleSource.DYNAMIC_PER_BLOCK, f"llama_kv_cache: {kinds}: a scale per block of 32 "
-                                  "values, written with the cache", kv_dtype=report.kv_cache_dtype)
-    return KVScaleObservation(ScaleSource.NOT_QUANTIZED, f"llama_kv_cache: {kinds}: not quantized",
-                              kv_dtype=report.kv_cache_dtype)
 
 
 # ---- in the engines' own single pass (quantrack.engines.logparse): the rules, and the verdict at finish()
@@ -183,26 +157,28 @@ def _dropped(b: Any, ln: Any) -> None:
         b.report.extra.setdefault(_KV_LINES, {}).setdefault("_dropped", (ln.no, ln.text))
 
 
-_KV_LINES = "_kv_scale_lines"  # scratch space in LogReport.extra while scanning; removed by finish_report
+_KV_LINES = "_kv_scale_lines"  # scratch space in LogReport.extra while scanning; removed by take_lines
 # the KV dtype as the engine states it: vLLM's cache-config line, SGLang's allocation line
 _DTYPE_MARKERS = (("data type to store kv cache", "_dtype_line"), ("KV Cache is allocated. dtype:", "_dtype_line"))
 RULES: list[Any] = [*((marker, _collect(kind)) for marker, kind in (*MARKERS, *_DTYPE_MARKERS)),
                     *((m, _dropped) for m in _DROP_MARKERS)]
 
 
-def finish_report(report: Any) -> None:
-    """Set ``report.kv_scales`` from what the pass collected and the report's own fields (ReportBuilder.finish)."""
+def observe_lines(report: Any, seen: dict[str, tuple[int, str]], *, unscaled_note: str = "",
+                  silence: Silence | None = None) -> KVScaleObservation:
+    """The verdict of an engine that prints KV-scale lines (vLLM, SGLang: ``MARKERS``), from the lines the pass
+    collected and the report's own fields; ``unscaled_note`` and ``silence`` as for ``decide``."""
+    dropped = seen.pop("_dropped", None)
+    stated = seen.pop("_dtype_line", None)
+    m = (_KV_DTYPE_LINE.search(stated[1]) or _SGLANG_ALLOC.search(stated[1])) if stated else None
+    kv = m.group(1) if m else report.kv_cache_dtype
+    covers = report.weights_gib is not None or report.available_kv_gib is not None or \
+        report.kv_cache_tokens is not None or report.extra.get("num_gpu_blocks") is not None
+    return decide(seen, dropped, kv, report.quantization, covers_load=covers, unscaled_note=unscaled_note,
+                  silence=silence)
+
+
+def take_lines(report: Any) -> dict[str, tuple[int, str]]:
+    """The KV-scale lines the pass collected (kind -> (line number, line)), removed from ``report.extra``."""
     seen: dict[str, tuple[int, str]] = report.extra.pop(_KV_LINES, None) or {}
-    if report.engine == "llamacpp":
-        obs = from_llamacpp(report)
-    elif report.engine in ("vllm", "sglang"):
-        dropped = seen.pop("_dropped", None)
-        stated = seen.pop("_dtype_line", None)
-        m = (_KV_DTYPE_LINE.search(stated[1]) or _SGLANG_ALLOC.search(stated[1])) if stated else None
-        kv = m.group(1) if m else report.kv_cache_dtype
-        covers = report.weights_gib is not None or report.available_kv_gib is not None or \
-            report.kv_cache_tokens is not None or report.extra.get("num_gpu_blocks") is not None
-        obs = decide(seen, dropped, kv, report.quantization, report.engine, covers_load=covers)
-    else:
-        obs = None
-    report.kv_scales = obs.to_dict() if obs is not None else None
+    return seen

@@ -26,6 +26,8 @@ from quantrack.engines.base import (
     MemoryModel,
     Serving,
 )
+from quantrack.engines.kvplan import GGUF_KV_QUANTIZED, KVScaleRequest, ScalePlan, ScaleSource
+from quantrack.engines.kvscale import KVScaleObservation
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -797,6 +799,37 @@ def parse_llamacpp(resp: Any, k: int) -> TopK:
     return truncate_topk({int(e["id"]): float(e["logprob"]) for e in top}, k)
 
 
+
+def parse_llamacpp_next(resp: Any, k: int) -> tuple[TopK, bool]:
+    """(top-k, stopped) of the decode-side KL method's one-token request (``llamacpp_request``: cache_prompt on):
+    ``parse_llamacpp`` plus ``stop_type == "eos"`` (llama.cpp server's /completion answer)."""
+    return parse_llamacpp(resp, k), isinstance(resp, dict) and resp.get("stop_type") == "eos"
+
+
+# --- KV-cache scales: llama.cpp's quantized KV types carry their own (rules/kv-scales.toml) ---------------------
+def plan_llamacpp_kv_scales(req: KVScaleRequest) -> ScalePlan:
+    """A quantized -ctk type has a scale per block of 32 values, written with the cache; anything else is not
+    quantized (EngineAdapter.plan_kv_scales; no checkpoint is read for a GGUF)."""
+    if req.kv in GGUF_KV_QUANTIZED or req.flag("--cache-type-k") in GGUF_KV_QUANTIZED:
+        return req.plan("llamacpp-kv-block-scales", with_checkpoint=False)
+    return req.plan("kv-not-quantized", with_checkpoint=False)
+
+
+def observe_llamacpp_kv_scales(report: LogReport) -> KVScaleObservation:
+    """llama.cpp prints no scale line: its quantized KV types (q8_0, q4_0, ...) carry a scale per block of 32 values,
+    computed when the cache is written. The K/V types come from its ``llama_kv_cache: size = ... K (q8_0) ...`` line
+    (llama.cpp@0c1e57098:src/llama-kv-cache.cpp:L301), which the llama.cpp parser already read."""
+    k, v = report.extra.get("k_type"), report.extra.get("v_type")
+    if not k or not v:
+        return KVScaleObservation(ScaleSource.UNKNOWN, "no llama_kv_cache line with the K/V types in the log")
+    kinds = f"K ({k}), V ({v})"
+    if k in GGUF_KV_QUANTIZED or v in GGUF_KV_QUANTIZED:
+        return KVScaleObservation(ScaleSource.DYNAMIC_PER_BLOCK, f"llama_kv_cache: {kinds}: a scale per block of 32 "
+                                  "values, written with the cache", kv_dtype=report.kv_cache_dtype)
+    return KVScaleObservation(ScaleSource.NOT_QUANTIZED, f"llama_kv_cache: {kinds}: not quantized",
+                              kv_dtype=report.kv_cache_dtype)
+
+
 class LlamacppAdapter(EngineAdapter):
     kind = "llamacpp"
     # observed from the xllamacpp 2026.10.11549 server started with --metrics: no KV-usage gauge, no preemptions
@@ -858,6 +891,18 @@ class LlamacppAdapter(EngineAdapter):
             path, body = llamacpp_request(ids[:pos], k)
             out.append(parse_llamacpp(post(path, body), k))
         return out
+
+    def next_token_request(self, prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+        return llamacpp_request(prefix, k)
+
+    def parse_next_token(self, resp: Any, k: int) -> tuple[dict[int, float], bool]:
+        return parse_llamacpp_next(resp, k)
+
+    def plan_kv_scales(self, req: KVScaleRequest) -> ScalePlan | None:
+        return plan_llamacpp_kv_scales(req)
+
+    def observe_kv_scales(self, report: LogReport, lines: dict[str, tuple[int, str]]) -> KVScaleObservation | None:
+        return observe_llamacpp_kv_scales(report)  # no scale lines: the K/V types of its cache line decide
 
     markers = MARKERS
     line_prefixes = LINE_PREFIXES

@@ -385,10 +385,20 @@ class ReportBuilder:
             # highest rank seen + 1: the size when every rank printed (a lower bound for an excerpt)
             r.extra.setdefault("ranks_seen" if kind == "RANK" else f"{kind.lower()}_size_seen", top + 1)
         r.not_found = [f for f in self._expected if getattr(r, f) is None]
-        from quantrack.engines.kvscale import finish_report
-
-        finish_report(r)  # LogReport.kv_scales (quantrack.engines.kvscale)
+        finish_kv_scales(r)
         return r
+
+
+def finish_kv_scales(report: LogReport) -> None:
+    """Set ``report.kv_scales``: the report's engine's adapter reads the KV-scale lines the pass collected
+    (``EngineAdapter.observe_kv_scales``, quantrack.engines.kvscale); a report of no registered engine has no
+    KV-scale observation (None)."""
+    from quantrack.engines.kvscale import take_lines
+
+    seen = take_lines(report)
+    known = report.engine in _engines.ENGINE_KINDS
+    obs = _engines.get_adapter(report.engine).observe_kv_scales(report, seen) if known and report.engine else None
+    report.kv_scales = obs.to_dict() if obs is not None else None
 
 
 def torch_dtype_short(value: str) -> str:

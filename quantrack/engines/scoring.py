@@ -1,6 +1,7 @@
-"""What the engines' prompt-logprob scoring and ``/tokenize`` share: the top-k type, its truncation, the
-OpenAI-style /tokenize request (vLLM, SGLang) and its answer. Each engine's own request builders and response
-parsers are in its module (``score_prompt`` of its adapter); ``quantrack.accuracy.kl`` is engine-agnostic.
+"""What the engines' KL wire formats share -- prompt-logprob scoring, one next token at a time (the decode-side
+method) and ``/tokenize``: the top-k type, its truncation, the OpenAI-style /tokenize request (vLLM, SGLang) and its
+answer. Each engine's own request builders and response parsers are in its module, behind its adapter
+(``score_prompt``, ``next_token_request`` / ``parse_next_token``); ``quantrack.accuracy.kl`` is engine-agnostic.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantrack.arms import Arm
@@ -24,7 +25,9 @@ from quantrack.engines.base import (
     MemoryModel,
     Serving,
 )
+from quantrack.engines.kvplan import UNQUANTIZED_KV, KVScaleRequest, ScalePlan, rule
 from quantrack.engines.kvscale import RULES as KV_SCALE_RULES
+from quantrack.engines.kvscale import KVScaleObservation, observe_lines
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -580,6 +583,67 @@ def parse_sglang(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK
     return out
 
 
+
+# --- one next token at a time: the decode-side KL method's wire format (pure) -----------------------------------
+def sglang_next_request(prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+    """POST /generate: one greedy token with ``top_logprobs_num`` output log-probabilities."""
+    return "/generate", {"input_ids": list(prefix), "return_logprob": True, "logprob_start_len": len(prefix) - 1,
+                         "top_logprobs_num": k, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+
+
+def parse_sglang_next(resp: Any, k: int) -> tuple[TopK, bool]:
+    """(top-k, stopped) from ``meta_info.output_top_logprobs[0]`` = [[logprob, token_id, text], ...];
+    stopped = ``meta_info.finish_reason.type == "stop"``."""
+    try:
+        meta = resp["meta_info"]
+        top = meta["output_top_logprobs"][0]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("SGLang response has no meta_info.output_top_logprobs[0]") from None
+    if not isinstance(top, list) or not top:
+        raise ValueError("SGLang output_top_logprobs[0] is empty")
+    fin = meta.get("finish_reason")
+    stopped = isinstance(fin, dict) and fin.get("type") == "stop"
+    return truncate_topk({int(e[1]): float(e[0]) for e in top}, k), stopped
+
+
+# --- KV-cache scales: SGLang 0.5.16's logic (wheel), rules in rules/kv-scales.toml ------------------------------
+KV_SCALE_RULES_VERSION = "0.5.16"
+# what SGLang's 'scaling factors of 1.0' line does not say (load_model_utils.py:L103-L108)
+KV_UNSCALED_NOTE = (" (SGLang prints this whenever --quantization-param-path is absent; it does not report scales a "
+                    "quantization method loaded from the checkpoint)")
+
+
+def plan_sglang_kv_scales(req: KVScaleRequest) -> ScalePlan:
+    """Which k/v scales SGLang will use for ``req``'s arm (EngineAdapter.plan_kv_scales)."""
+    if req.kv == "fp8":
+        req = replace(req, kv="fp8_e4m3")  # quantrack's fp8 is SGLang's fp8_e4m3 (rules/methods.toml)
+    kv, ck = req.kv, req.read_checkpoint
+    if kv in UNQUANTIZED_KV:
+        return req.plan("kv-not-quantized")
+    if kv == "fp8_e5m2":
+        return req.plan("sglang-kv-e5m2-unscaled")
+    if kv != "fp8_e4m3":
+        return req.unknown("kv-dtype-unchecked", f"KV dtype {kv}: quantrack has not read how SGLang scales it")
+    if req.flag("--quantization-param-path"):
+        method = req.quantization_method()
+        backend = (req.flag("--attention-backend") or "").lower()
+        if backend == "triton" and not method:  # k_scale set, k_scale_float left None: decode graph capture fails
+            return req.plan("sglang-kv-param-path-triton-crash", "--attention-backend triton, no quantization method")
+        return req.plan("sglang-kv-param-path")
+    if ck is not None and ck.has_scales:
+        if (ck.model_type or "").lower() == "qwen2":
+            return req.plan("sglang-kv-qwen2-checkpoint-scales-dropped",
+                            f"{ck.scale_tensors} scale tensors in the checkpoint are not used")
+        return req.plan("sglang-kv-checkpoint-scales-arch-unchecked", f"model_type {ck.model_type or 'unknown'}")
+    if ck is None:
+        return req.unknown("kv-checkpoint-unread",
+                           f"the checkpoint was not read ({req.checkpoint_note()}): whether it carries k/v "
+                           "scales is not known; with none SGLang uses 1.0",
+                           rule("sglang-kv-unscaled-warned")["source"],
+                           rule("sglang-kv-unscaled-warned").get("log_line"))
+    return req.plan("sglang-kv-unscaled-warned")
+
+
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
     # with --enable-metrics (python/sglang/srt/metrics/collector.py); not yet checked against a live server
@@ -607,6 +671,20 @@ class SglangAdapter(EngineAdapter):
                      k: int) -> list[dict[int, float]]:
         path, body = sglang_request(ids, start, k)
         return parse_sglang(post(path, body), ids, start, k)
+
+    def next_token_request(self, prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+        return sglang_next_request(prefix, k)
+
+    def parse_next_token(self, resp: Any, k: int) -> tuple[dict[int, float], bool]:
+        return parse_sglang_next(resp, k)
+
+    kv_scale_rules_version = KV_SCALE_RULES_VERSION
+
+    def plan_kv_scales(self, req: KVScaleRequest) -> ScalePlan | None:
+        return plan_sglang_kv_scales(req)
+
+    def observe_kv_scales(self, report: LogReport, lines: dict[str, tuple[int, str]]) -> KVScaleObservation | None:
+        return observe_lines(report, lines, unscaled_note=KV_UNSCALED_NOTE)
 
     markers = MARKERS
     line_prefixes = LINE_PREFIXES

@@ -25,7 +25,9 @@ from quantrack.engines.base import (
     MemoryModel,
     Serving,
 )
+from quantrack.engines.kvplan import UNQUANTIZED_KV, KVScaleRequest, ScalePlan, ScaleSource, rule
 from quantrack.engines.kvscale import RULES as KV_SCALE_RULES
+from quantrack.engines.kvscale import KVScaleObservation, observe_lines
 from quantrack.engines.logparse import (
     FileSource,
     Line,
@@ -886,6 +888,95 @@ def parse_vllm(resp: Any, ids: Sequence[int], start: int, k: int) -> list[TopK]:
     return out
 
 
+
+# --- one next token at a time: the decode-side KL method's wire format (pure) -----------------------------------
+def vllm_next_request(prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+    """POST /v1/completions: one greedy token, its top-k ``logprobs`` keyed ``token_id:<id>``
+    (``return_tokens_as_token_ids``, vllm@dd10e03f9:vllm/entrypoints/openai/completion/protocol.py:L138-L145)."""
+    return "/v1/completions", {"prompt": list(prefix), "max_tokens": 1, "temperature": 0.0, "logprobs": k,
+                               "return_tokens_as_token_ids": True, "add_special_tokens": False}
+
+
+def parse_vllm_next(resp: Any, k: int) -> tuple[TopK, bool]:
+    """(top-k, stopped) from ``choices[0].logprobs.top_logprobs[0]`` = {"token_id:<id>": logprob};
+    stopped = finish_reason "stop" (an end-of-sequence token)."""
+    try:
+        choice = resp["choices"][0]
+        top = choice["logprobs"]["top_logprobs"][0]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("vLLM response has no choices[0].logprobs.top_logprobs[0]") from None
+    if not isinstance(top, dict) or not top:
+        raise ValueError("vLLM top_logprobs[0] is empty")
+    out: TopK = {}
+    for key, lp in top.items():
+        if not str(key).startswith("token_id:"):
+            raise ValueError(f"vLLM top_logprobs key {key!r} is not token_id:<id> (return_tokens_as_token_ids ignored?)")
+        out[int(str(key)[len("token_id:"):])] = float(lp)
+    return truncate_topk(out, k), choice.get("finish_reason") == "stop"
+
+
+# --- KV-cache scales: vLLM 0.25.0's logic (sdist, commit dd10e03f9), rules in rules/kv-scales.toml ----------------
+KV_SCALE_RULES_VERSION = "0.25.0"
+# vLLM's per-token-head KV dtypes (vllm@dd10e03f9:vllm/v1/kv_cache_interface.py:L63-L70)
+PER_TOKEN_HEAD = ("fp8_per_token_head", "int8_per_token_head", "int4_per_token_head")
+
+
+def plan_vllm_kv_scales(req: KVScaleRequest) -> ScalePlan:
+    """Which k/v scales vLLM will use for ``req``'s arm (EngineAdapter.plan_kv_scales)."""
+    kv, ck = req.kv, req.read_checkpoint
+    scheme = ck.kv_cache_scheme if ck else None
+    if kv in UNQUANTIZED_KV:
+        if kv == "auto" and scheme is not None:
+            return req.plan("vllm-kv-scheme-auto-fp8" if ck and ck.has_scales else "vllm-kv-scheme-no-scales",
+                            kv="fp8")
+        return req.plan("kv-not-quantized")
+    if kv in PER_TOKEN_HEAD:
+        return req.plan("vllm-kv-per-token-head")
+    method = req.quantization_method()
+    if kv == "fp8_e5m2":
+        if method and not (method == "compressed-tensors" and scheme is None):
+            return req.plan("vllm-kv-e5m2-quantized-checkpoint", f"quantization method {method!r}")
+        backend = (req.flag("--attention-backend") or "").upper()
+        if backend == "TRITON_ATTN":  # its impl quantizes the query on CUDA: the fp8* query path asserts
+            return req.plan("vllm-kv-e5m2-query-quant", "--attention-backend TRITON_ATTN")
+        return req.plan("vllm-kv-e5m2-unscaled")
+    if "--calculate-kv-scales" in req.args:
+        return req.plan("vllm-kv-calculate-scales")
+    if ck is None:  # its quantization_config and scale tensors are unknown: so is the source
+        return req.unknown("kv-checkpoint-unread",
+                           f"the checkpoint was not read ({req.checkpoint_note()}): checkpoint scales or "
+                           "1.0 cannot be told apart before launch; the log will say",
+                           rule("vllm-kv-checkpoint-scales")["source"], rule("vllm-kv-unscaled-warned").get("log_line"))
+    if not method:
+        if ck.has_scales:
+            return req.plan("vllm-kv-scales-without-method")
+        return req.plan("vllm-kv-unscaled-silent")
+    if ck.has_scales:
+        return req.plan("vllm-kv-checkpoint-scales",
+                        f"{ck.scale_tensors} scale tensors ({ck.scale_layout}, named {ck.scale_naming})")
+    if scheme is not None:
+        return req.plan("vllm-kv-scheme-no-scales")
+    return req.plan("vllm-kv-unscaled-warned")
+
+
+def vllm_kv_silence(q: str | None, covers_load: bool) -> tuple[ScaleSource, str]:
+    """FP8 KV on vLLM without any KV-scale line: what the silence means, given the quantization and whether the log
+    reaches past the weight loading (where vLLM prints its 'scaling factor 1.0' warning)."""
+    if q is None:
+        return ScaleSource.UNSCALED, ("FP8 KV with no quantization method (config banner quantization=None): vLLM has "
+                                      "no KV method to load scales into, so they are the default 1.0 and it prints no "
+                                      "scale line")
+    if not covers_load:
+        # the warning is printed once the weights are processed (after loading): a log cut before that point cannot
+        # show its absence
+        return ScaleSource.UNKNOWN, (f"quantization={q}, FP8 KV and no 'scaling factor 1.0' line, but the log stops "
+                                     "before the weights were loaded (no 'Model loading took' or later figure), "
+                                     "where that line would be printed: its absence proves nothing")
+    return ScaleSource.CHECKPOINT, (f"quantization={q} and no 'scaling factor 1.0' line in a log that reaches past "
+                                    "the weight loading: vLLM warns whenever both k and v scales are 1.0, so the "
+                                    "scales came from the checkpoint")
+
+
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     # V1 metrics (vllm/v1/metrics/loggers.py; vllm@v0.31.0 :677 names vllm:num_preemptions, exposed with _total)
@@ -918,6 +1009,20 @@ class VllmAdapter(EngineAdapter):
                      k: int) -> list[dict[int, float]]:
         path, body = vllm_request(ids, k)
         return parse_vllm(post(path, body), ids, start, k)
+
+    def next_token_request(self, prefix: Sequence[int], k: int) -> tuple[str, dict[str, Any]]:
+        return vllm_next_request(prefix, k)
+
+    def parse_next_token(self, resp: Any, k: int) -> tuple[dict[int, float], bool]:
+        return parse_vllm_next(resp, k)
+
+    kv_scale_rules_version = KV_SCALE_RULES_VERSION
+
+    def plan_kv_scales(self, req: KVScaleRequest) -> ScalePlan | None:
+        return plan_vllm_kv_scales(req)
+
+    def observe_kv_scales(self, report: LogReport, lines: dict[str, tuple[int, str]]) -> KVScaleObservation | None:
+        return observe_lines(report, lines, silence=vllm_kv_silence)
 
     markers = MARKERS
     line_prefixes = LINE_PREFIXES

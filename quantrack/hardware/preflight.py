@@ -269,7 +269,8 @@ def _launch(req: PreflightRequest, arm: Arm) -> tuple[list[str] | None, dict[str
 def kv_scale_plan(req: PreflightRequest, arm: Arm) -> dict[str, Any] | None:
     """Which k/v scales the engine will use for this arm's KV cache (quantrack.engines.kvplan), from the checkpoint's
     config and safetensors headers (never its weights) and the arm; None when the engine has no such rules."""
-    from quantrack.engines.kvplan import checkpoint_for, plan_scales
+    from quantrack.engines import plan_scales
+    from quantrack.engines.kvplan import checkpoint_for
 
     served = arm.model or (req.study.model.path if req.study is not None else None) or req.model_path
     plan = plan_scales(arm, req.engine, engine_version=req.engine_version, checkpoint=checkpoint_for(served),

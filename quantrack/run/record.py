@@ -230,7 +230,8 @@ def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
 
 def _kv_plan_tags(rec: RunRecord, study: Study, arm: Arm) -> None:
     """What preflight's KV-scale plan said for this arm (quantrack.engines.kvplan), beside what the log showed."""
-    from quantrack.engines.kvplan import checkpoint_for, plan_scales
+    from quantrack.engines import plan_scales
+    from quantrack.engines.kvplan import checkpoint_for
     from quantrack.errors import QuantrackError
 
     try:

@@ -3,7 +3,8 @@ greedy loop against two stand-in servers that answer from fixed distributions (q
 real thing runs against llama.cpp in tests/integration/test_kl_decode_llamacpp.py).
 
 llama.cpp's answer is the real one in tests/data/kl/llamacpp-completion-nprobs.json (stop_type "limit"). vLLM's and
-SGLang's are built from their protocol as read in the source (cited in quantrack.engines.nexttoken)."""
+SGLang's are built from their protocol as read in the source (cited beside each adapter's next_token_request in
+quantrack/engines/vllm.py and sglang.py). Every builder and parser is reached through its adapter, as run_kl does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from quantrack.accuracy import kl
-from quantrack.engines import nexttoken as scoring
+from quantrack.engines import get_adapter
 from quantrack.errors import BadInput
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -21,37 +22,40 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 def test_llamacpp_next_token_real_response() -> None:
     resp = json.loads((DATA / "kl" / "llamacpp-completion-nprobs.json").read_text())["response"]
-    top, stopped = scoring.parse_llamacpp_next(resp, 5)
+    a = get_adapter("llamacpp")
+    top, stopped = a.parse_next_token(resp, 5)
     assert len(top) == 5 and not stopped  # stop_type "limit": n_predict reached, not end of sequence
-    assert scoring.parse_llamacpp_next({**resp, "stop_type": "eos"}, 5)[1] is True
-    path, body = scoring.NEXT_TOKEN["llamacpp"][0]([1, 2, 3], 5)
+    assert a.parse_next_token({**resp, "stop_type": "eos"}, 5)[1] is True
+    path, body = a.next_token_request([1, 2, 3], 5)
     assert path == "/completion" and body["cache_prompt"] is True and body["n_predict"] == 1
 
 
 def test_vllm_next_token() -> None:
-    path, body = scoring.vllm_next_request([5, 6, 7], 3)
+    a = get_adapter("vllm")
+    path, body = a.next_token_request([5, 6, 7], 3)
     assert path == "/v1/completions" and body["logprobs"] == 3 and body["return_tokens_as_token_ids"] is True
     assert body["max_tokens"] == 1 and "prompt_logprobs" not in body  # output logprobs: the prefix cache is used
     resp = {"choices": [{"index": 0, "text": "x", "finish_reason": "length",
                          "logprobs": {"tokens": ["token_id:9"], "token_logprobs": [-0.1],
                                       "top_logprobs": [{"token_id:9": -0.1, "token_id:4": -2.5, "token_id:1": -3.0}]}}]}
-    top, stopped = scoring.parse_vllm_next(resp, 2)
+    top, stopped = a.parse_next_token(resp, 2)
     assert top == {9: -0.1, 4: -2.5} and not stopped
     resp["choices"][0]["finish_reason"] = "stop"
-    assert scoring.parse_vllm_next(resp, 2)[1] is True
+    assert a.parse_next_token(resp, 2)[1] is True
     resp["choices"][0]["logprobs"]["top_logprobs"] = [{"x": -0.1}]
     with pytest.raises(ValueError, match="return_tokens_as_token_ids ignored"):
-        scoring.parse_vllm_next(resp, 2)
+        a.parse_next_token(resp, 2)
 
 
 def test_sglang_next_token() -> None:
-    path, body = scoring.sglang_next_request([5, 6, 7], 3)
+    a = get_adapter("sglang")
+    path, body = a.next_token_request([5, 6, 7], 3)
     assert path == "/generate" and body["top_logprobs_num"] == 3 and body["sampling_params"]["max_new_tokens"] == 1
     resp = {"text": "x", "meta_info": {"finish_reason": {"type": "length", "length": 1},
                                        "output_top_logprobs": [[[-0.2, 9, None], [-1.9, 4, None]]]}}
-    assert scoring.parse_sglang_next(resp, 3) == ({9: -0.2, 4: -1.9}, False)
+    assert a.parse_next_token(resp, 3) == ({9: -0.2, 4: -1.9}, False)
     resp["meta_info"]["finish_reason"] = {"type": "stop", "matched": 2}
-    assert scoring.parse_sglang_next(resp, 3)[1] is True
+    assert a.parse_next_token(resp, 3)[1] is True
 
 
 class _Fixed:
@@ -97,3 +101,30 @@ def test_study_kl_method_key(tmp_path: Path) -> None:
     p.write_text(src.replace("kl = {", 'kl = { method = "sampled",', 1))
     with pytest.raises(BadInput, match="sampled"):
         load_study(p)
+
+
+def test_the_fake_engines_decode_side_kl_through_its_adapter_alone() -> None:
+    """The fake engine (tests/fake_engine.py) gives the decode-side KL in its adapter only -- its next-token request
+    and parser -- and run_kl drives two of its servers (tests/sse_fixture.py, answering /completion with a real
+    llama.cpp response) through them: the greedy loop appends the baseline's argmax, both servers see the same
+    prefixes, and two identical servers agree on every token with KL 0."""
+    from quantrack.accuracy.texts import TextPair
+    from tests.fake_engine import KIND, registered
+    from tests.sse_fixture import NEXT_TOKEN_ANSWER, FixtureServer
+
+    first = max(NEXT_TOKEN_ANSWER["completion_probabilities"][0]["top_logprobs"], key=lambda e: e["logprob"])
+    base, cand = FixtureServer().start(), FixtureServer().start()
+    try:
+        with registered():
+            r = kl.run_kl(base.base_url, cand.base_url, KIND, top_k=5, tokens=5, method=kl.KLMethod.DECODE_GREEDY,
+                          decode_tokens_per_text=3,
+                          texts=[TextPair("one two three", "four", "t1"), TextPair("five six", "seven", "t2")])
+    finally:
+        base.stop()
+        cand.stop()
+    assert (r.engine, r.kl_method, r.n_positions, r.n_texts) == (KIND, "decode-greedy", 5, 2)
+    assert r.top1_agree == 1.0 and r.kl_mean == 0.0 and r.topk_overlap == 1.0
+    sent = [q["body"] for q in base.requests if q["mode"] == "next-token"]
+    assert [q["body"] for q in cand.requests if q["mode"] == "next-token"] == sent
+    assert [len(b["prompt"]) for b in sent] == [3, 4, 5, 2, 3]  # 3 steps of text 1, then the 2 positions left
+    assert sent[1]["prompt"][-1] == first["id"] and sent[0]["n_probs"] == 5 and sent[0]["cache_prompt"] is True

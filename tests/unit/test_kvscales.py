@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from quantrack.arms import make_arm
+from quantrack.engines import plan_scales
 from quantrack.engines.kvplan import (
     ScaleSource,
     check_rules,
     checkpoint_for,
     load_rules,
-    plan_scales,
     read_checkpoint,
     safetensors_header,
 )
