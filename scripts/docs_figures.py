@@ -40,10 +40,12 @@ from quantrack.store.tracking import load_runs
 H200 = "docs/gpu/h200-qwen2.5-coder-1.5b-store.tar.gz"
 BUDGET = "docs/gpu/h200-qwen2.5-coder-1.5b-budget-store.tar.gz"
 CPU_QWEN = "docs/cpu-qwen-store.tar.gz"
+CAPITALS = "docs/cpu-smollm2-capitals-store.tar.gz"
 # where each store's sqlite database lies once unpacked into <dir>
-DB = {H200: "qt-mlruns/mlflow.db", BUDGET: "qt-mlruns/mlflow.db", CPU_QWEN: "cpu-qwen-store/mlflow.db"}
+DB = {H200: "qt-mlruns/mlflow.db", BUDGET: "qt-mlruns/mlflow.db", CPU_QWEN: "cpu-qwen-store/mlflow.db",
+      CAPITALS: "store/mlflow.db"}
 # the folder the docs' commands unpack each store into
-UNPACK = {H200: "h200", BUDGET: "h200-budget", CPU_QWEN: "cpu-qwen"}
+UNPACK = {H200: "h200", BUDGET: "h200-budget", CPU_QWEN: "cpu-qwen", CAPITALS: "cpu-capitals"}
 BUDGET_1PT = 0.01
 
 
@@ -237,6 +239,14 @@ def cpu_qwen_walls(s: Stores) -> str:
             "a step).")
 
 
+def capitals(s: Stores) -> str:
+    exp = "cpu-smollm2-capitals"
+    lines = [compare_block(s, CAPITALS, exp, table_only=False), ""]
+    for arm in ("Q8_0", "Q4_0"):
+        lines.append(f"- {pair_sentence(arm, 'F16', s.paired(CAPITALS, exp, 'F16', arm))}")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Block:
     name: str
@@ -251,6 +261,7 @@ BLOCKS = [
     Block("h200-kv-sentences", "README.md", h200_kv_sentences),
     Block("kv-sentences", "docs/kv-cache.md", h200_kv_sentences),
     Block("h200-sglang", "README.md", h200_sglang),
+    Block("cpu-capitals", "README.md", capitals),
     Block("cpu-qwen-compare", "README.md", cpu_qwen_compare),
     Block("cpu-qwen-q4", "README.md", cpu_qwen_q4),
     Block("cpu-qwen-walls", "README.md", cpu_qwen_walls),
@@ -280,7 +291,10 @@ def run(mode: str, only: str | None = None, docs_root: Path = ROOT) -> int:
                 print(body)
                 continue
             path = docs_root / b.doc
-            text = texts.get(b.doc, path.read_text(encoding="utf-8"))
+            if b.doc not in texts and not path.is_file():
+                bad.append(f"{b.doc}: no such file under {docs_root} (block {b.name!r})")
+                continue
+            text = texts.get(b.doc) or path.read_text(encoding="utf-8")
             m = _pattern(b.name).search(text)
             if m is None:
                 bad.append(f"{b.doc}: no block {b.name!r} (markers {opening(b.name)} … <!-- /figures:{b.name} -->)")

@@ -598,8 +598,8 @@ def render_narrow(table: CompareTable, width: int = WIDTH) -> str:
             dropped.append(f"column {key} left out to fit {width} characters (see --wide)")
             text = _text(cols)
     notes = [n for n in table.notes if not n.startswith("measured:")]
-    legend = ("measured: weights, KV capacity (engine log), TPOT (client; server's own where shown), GSM8K, "
-              "top-1/KL; derived: Δ (paired exact McNemar p), cost. FILL IN = not measured. "
+    legend = ("measured: weights, KV capacity (engine log), TPOT (client; server's own where shown), "
+              f"{table.task}, top-1/KL; derived: Δ (paired exact McNemar p), cost. FILL IN = not measured. "
               "All columns: --wide.")
     lines = [f"experiment: {table.experiment}   baseline: {table.baseline or 'none'}", text, "", legend]
     dropped = [d for d in dropped if d]  # the cost note below already says why cost is —

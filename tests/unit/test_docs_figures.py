@@ -35,7 +35,8 @@ def test_docs_figures_match_the_stores_and_a_changed_digit_fails(tmp_path: Path)
     assert ok.returncode == 0, ok.stderr
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copy(ROOT / "docs" / "kv-cache.md", tmp_path / "docs" / "kv-cache.md")
+    for doc in (ROOT / "docs").glob("*.md"):
+        shutil.copy(doc, tmp_path / "docs" / doc.name)
     text = (tmp_path / "README.md").read_text()
     start = text.index("<!-- figures:h200-kv-table")
     cell = text.index("+0.7 pts", start)
@@ -67,3 +68,12 @@ def test_within_only_from_a_within_verdict() -> None:
     tight = compare_counts(4000, 60, 60, 4666)  # n = 8,786, Δ 0: within 1 point
     s = pair_sentence("bf16-again", "bf16", tight, fixed_verdict(tight, 0.01))
     assert "within a 1-point budget" in s and "settled at 8,786 of 8,786" in s
+
+
+def test_the_capitals_example_is_a_valid_task_file_study() -> None:
+    """examples/cpu-smollm2-capitals.toml (the README's task-file study) reads, with its task file, as run would."""
+    from quantrack.study import load_study
+
+    study = load_study(ROOT / "examples" / "cpu-smollm2-capitals.toml")
+    assert study.eval.task is not None and study.eval.task.endswith("examples/tasks/capitals.jsonl")
+    assert study.eval.num_questions == 40 and study.eval.scorer is not None and study.eval.scorer.startswith("regex:")
