@@ -226,9 +226,8 @@ def find_run_by_uuid(client: Any, exp_id: str, run_uuid: str) -> Any | None:
 
 def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | None,
            files_root: Path | None = None) -> str:
-    """Create one run from a record: tags, params, metrics (with steps), artifacts, then status."""
-    from mlflow.entities import Metric, Param, RunTag
-
+    """Create one run from a record: tags, params, metrics (with steps), artifacts, then status; a failure
+    half-way deletes the run it created (nothing is left but the record the caller still holds)."""
     rec = record.redacted()
     tags = dict(rec.tags)
     tags[TAG_UUID] = rec.uuid
@@ -245,6 +244,22 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
     first = {TAG_UUID: rec.uuid, **{k: tags.pop(k) for k in PROCESS_TAGS if k in tags}}
     run = client.create_run(exp_id, start_time=rec.start_ms, tags=first, run_name=rec.run_name)
     run_id = run.info.run_id
+    try:
+        _fill(client, run_id, rec, tags, files_root)
+    except BaseException:
+        # an upload that failed half-way leaves nothing (the record is still where it came from: the caller spools
+        # it, or sync keeps its spool entry); where even the delete fails, the next sync finds the run by its uuid
+        # without the completeness tag and replaces it: never a second copy
+        with contextlib.suppress(Exception):
+            client.delete_run(run_id)
+        raise
+    return str(run_id)
+
+
+def _fill(client: Any, run_id: str, rec: RunRecord, tags: dict[str, str], files_root: Path | None) -> None:
+    """A created run's params, metrics, tags, artifacts, then its status, then the completeness tag."""
+    from mlflow.entities import Metric, Param, RunTag
+
     params = [Param(k, v) for k, v in sorted(rec.params.items())]
     metrics = [Metric(m.key, m.value, m.timestamp, m.step) for m in rec.metrics]
     tag_list = [RunTag(k, v) for k, v in sorted(tags.items())]
@@ -266,7 +281,6 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
         with contextlib.redirect_stdout(_redacted_stderr()):
             client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
     _log_batch(client, run_id, tags=[RunTag(TAG_COMPLETE, "true")])  # last: the run is whole
-    return str(run_id)
 
 
 _DUPLICATE = ("duplicate key", "UniqueViolation", "UNIQUE constraint failed")
@@ -346,7 +360,10 @@ def _safe_rel(rel: str) -> Path:
 # --- the spool ---------------------------------------------------------------------------------------------
 
 def spool_dir() -> Path:
-    return Path(os.environ.get("QUANTRACK_SPOOL_DIR") or Path.home() / ".cache" / "quantrack" / "spool")
+    """The spool folder, absolute: a relative ``$QUANTRACK_SPOOL_DIR`` is taken from the working directory once,
+    here, so every path under it (a spooled entry's artifact files) is absolute and never joined onto itself."""
+    raw = os.environ.get("QUANTRACK_SPOOL_DIR") or str(Path.home() / ".cache" / "quantrack" / "spool")
+    return Path(os.path.abspath(os.path.expanduser(raw)))
 
 
 _PRIVATE_DIR, _PRIVATE_FILE = 0o700, 0o600

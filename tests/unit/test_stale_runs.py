@@ -159,6 +159,10 @@ def test_the_writers_identity_is_set_when_the_run_is_created(tmp_path: Path) -> 
     def log_batch(*a: object, **k: object) -> None:
         raise Killed  # the process dies at its first batch (params)
 
+    def delete_run(_run_id: str) -> None:
+        raise Killed  # nor does a killed process delete what it created
+
+    client.delete_run = delete_run
     tracking._log_batch = log_batch  # type: ignore[assignment]
     try:
         with pytest.raises(Killed):
