@@ -9,9 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quantrack import engines  # noqa: E402
-from quantrack.cli import main  # noqa: E402
-from tests.fake_engine import FakeAdapter  # noqa: E402
+from quantrack import engines
+from quantrack.cli import main
+from tests.fake_engine import FakeAdapter
 
 if __name__ == "__main__":
     args = sys.argv[1:]
