@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,7 @@ class SweepResult:
     slo_search: dict[str, Any] | None = None
     warmup_errors: list[str] = field(default_factory=list)
     interrupted: bool = False
+    ended_early: str | None = None  # an error stopped the sweep: where (the finished levels before it are kept)
     timestamp: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
     @property
@@ -134,6 +136,7 @@ class SweepResult:
             "load": self.load,
             "slo_search": self.slo_search,
             "interrupted": self.interrupted,
+            "ended_early": self.ended_early,
             "timestamp": self.timestamp,
         }
 
@@ -309,8 +312,15 @@ class _Sender:
         self.multi = workload is not None and workload.turns > 1
         self.samples: list[StreamSample | None] = [None] * len(prompts.prompts)
         self.sent_at: list[float] = []
+        self.lags: list[float] = []  # rate levels: how far behind its schedule each request went out
         self.done = 0
         self.t0 = time.perf_counter()
+        self.t_last = self.t0  # when the last request so far came back
+
+    @property
+    def complete(self) -> bool:
+        """Every request of the level came back (answered or failed): the level is finished."""
+        return all(s is not None for s in self.samples)
 
     async def send(self, i: int, prompt: str | list[int], n_in: int | None, due: float | None) -> StreamSample:
         n_out = self.lens[i][1] if self.lens else self.output_tokens
@@ -319,6 +329,7 @@ class _Sender:
         self.sent_at.append(t_sent)
         sample = validate_sample(sample, output_tokens=n_out, input_tokens=n_in)
         self.samples[i] = sample
+        self.t_last = time.perf_counter()
         if self.sent_log is not None:
             p = self.workload.requests[i] if self.workload is not None else None
             self.sent_log.append(Sent(i, n_in, n_out, prompt, p.group if p else None, p.turn if p else None,
@@ -380,18 +391,22 @@ async def _run_level(
     lens: list[tuple[int | None, int]] | None = None,
     workload: Workload | None = None,
     sent_log: list[Sent] | None = None,
+    box: list[_Sender] | None = None,
 ) -> tuple[list[StreamSample], float, list[float], list[float]]:
     """(samples, wall seconds, send times, dispatch lags) of one level; ``lens``: (input, output) tokens per
     request when they vary (None input: a text prompt of natural length). ``workload``: its conversations are the
     units sent (multi-turn: a conversation's turns in sequence, each resending the history and the previous answer)
-    and its arrival offsets (trace) the schedule of a rate level. ``sent_log`` collects what each request sent."""
+    and its arrival offsets (trace) the schedule of a rate level. ``sent_log`` collects what each request sent;
+    ``box`` gets the level's sender, so that what came back is there whatever stops the level."""
     import asyncio
 
-    lags: list[float] = []
     phase = f"rate {level.rate:g}/s" if level.rate is not None else f"concurrency {level.concurrency}"
     units = workload.conversations if workload is not None else [[i] for i in range(len(prompts.prompts))]
     tx = _Sender(client, engine, model, prompts, output_tokens=output_tokens, input_tokens=input_tokens, chat=chat,
                  progress=progress, phase=phase, lens=lens, workload=workload, sent_log=sent_log)
+    if box is not None:
+        box.append(tx)
+    lags = tx.lags
     t0 = tx.t0
     if level.rate is None:
         queue = list(units)
@@ -446,11 +461,17 @@ def run_sweep(
     label: str | None = None,
     rates: list[float] | None = None,
     load: LoadOptions | None = None,
+    on_level: Callable[[SweepResult], None] | None = None,
 ) -> SweepResult:
     """Measure each concurrency level, then each rate level, in turn (each ``load.repeats`` times); with
     ``load.search`` bisect between the measured levels for the highest one meeting it. Ctrl-C raises
     ``Interrupted`` whose ``partial`` keeps the finished levels (``interrupted``): the interrupt is never
-    swallowed."""
+    swallowed.
+
+    A level is finished when every request of it came back; it is kept, and ``on_level(result)`` called, the
+    moment it is, so a caller holds it whatever stops the sweep next (an interrupt, a second one that forces the
+    exit, the engine gone). An interrupt that lands after a level's last request came back but before its row was
+    built still keeps it (``interrupted_after_last_request``: its engine metrics were not scraped to its end)."""
     engine = check_engine(engine)
     base_url = check_base_url(base_url)
     opts = load or LoadOptions()
@@ -461,75 +482,153 @@ def run_sweep(
                          output_tokens=output_tokens, chat=chat, label=label, load=opts.to_dict())
     levels = [Level(concurrency=c) for c in concurrency] + [Level(rate=float(r)) for r in rates]
     files = workload_files(opts, input_tokens, bool(rates))  # read and checked before the server is asked anything
-    state = {"offset": 0}
     with HttpStreamClient(base_url, api_key=api_key, timeout=timeout) as sync:
         if result.model is None:
             result.model = discover_model(sync)
+        lv = _Levels(sync, result, opts, files, base_url=base_url, api_key=api_key, timeout=timeout,
+                     requests_per_level=requests_per_level, chat=chat, progress=progress, on_level=on_level)
         try:
             if warmup:
                 wp = prepare_prompts(sync, engine, result.model, count=warmup, input_tokens=input_tokens, chat=chat)
-                state["offset"] += warmup
+                lv.offset += warmup
                 for prompt in wp.prompts:
                     path, payload = build_payload(engine, model=result.model, prompt=prompt, max_tokens=output_tokens, chat=chat)
                     s = validate_sample(sync.stream(path, payload, chat=chat), output_tokens=output_tokens)
                     if not s.ok:
                         result.warmup_errors.append(s.error or "unknown")
-
-            def measure(level: Level) -> dict[str, Any]:
-                n = requests_per_level or (len(files.trace) if files.trace else (
-                    default_requests(level.concurrency) if level.concurrency is not None
-                    else default_rate_requests(level.rate or 1.0)))  # a trace: every record unless --requests
-                runs, pooled, walls = [], [], 0.0
-                for rep in range(opts.repeats):
-                    wseed = opts.seed + 7919 * rep + len(result.rows)
-                    ps, lens, wl = _plan_level(sync, engine, result.model, n, input_tokens, output_tokens, chat,
-                                               state["offset"], opts, wseed, files, level)
-                    state["offset"] += n
-                    result.prompt = ps.method
-                    sent_log: list[Sent] = []
-                    cpu0 = time.process_time()
-                    samples, wall, sent, lags, scraped = asyncio_run(_level(
-                        base_url, api_key, timeout, engine, result.model, ps, level, output_tokens, input_tokens,
-                        chat, progress, opts, opts.seed + rep, lens, wl, sent_log))
-                    cpu = time.process_time() - cpu0
-                    row = level_row(level.concurrency, samples, wall, rate=level.rate, sent_at=sent, lag_s=lags,
-                                    slo=opts.slo, client_cpu_s=cpu, max_concurrency=opts.max_concurrency)
-                    if scraped is not None:
-                        row["server_metrics"] = scraped
-                    row.update(prefix_cache_figure(samples, scraped, opts.scrape))
-                    row["workload"] = {"dataset": opts.dataset, "seed": wseed, "method": ps.method,
-                                       **(wl.params if wl else {})}
-                    if opts.keep_sent:
-                        row["sent"] = [x.to_dict(True) for x in sorted(sent_log, key=lambda x: x.index)]
-                    if opts.keep_samples:
-                        row["samples"] = [dict(x.to_dict(), t_start=x.t_start) for x in samples]
-                    runs.append(row)
-                    pooled.extend(samples)
-                    walls += wall
-                if len(runs) == 1:
-                    return runs[0]
-                merged = merge_repeats(runs, level_row(level.concurrency, pooled, walls, rate=level.rate,
-                                                       slo=opts.slo, max_concurrency=opts.max_concurrency))
-                merged["server_metrics"] = runs[-1].get("server_metrics")
-                merged["prefix_cache"] = {"hit_rate": merged.get("prefix_cache_hit_rate"),
-                                          "source": "mean over the repeats",
-                                          "runs": [r.get("prefix_cache") for r in runs]}
-                merged["workload"] = [r.get("workload") for r in runs]
-                if opts.keep_sent:
-                    merged["sent"] = [r.get("sent") for r in runs]
-                return merged
-
-            measured: dict[float, dict[str, Any]] = {}
             for level in levels:
-                row = measure(level)
-                result.rows.append(row)
-                measured[level.value] = row
+                lv.measure(level)
             if opts.search is not None:
-                _search(result, measured, opts, measure, by_rate=bool(rates))
+                _search(result, lv.measured, opts, lv.measure, by_rate=bool(rates))
         except KeyboardInterrupt as exc:  # never swallowed: the caller decides; what was measured goes with it
             result.interrupted = True
             raise Interrupted.of(exc, partial=result) from None
+        except Exception:
+            # the finished levels were handed on (on_level) as each ended; the result says where the sweep stopped
+            result.ended_early = (f"an error in level {_level_name(lv.current)}" if lv.current is not None
+                                  else "an error before the first level")
+            raise
     return result
+
+
+_Repeat = tuple[dict[str, Any], list[StreamSample], float]  # one repeat of a level: its row, samples, wall seconds
+
+
+class _Levels:
+    """Measures a sweep's levels one by one against one server, and keeps each the moment it is finished (in the
+    result, then ``on_level(result)``)."""
+
+    def __init__(self, sync: HttpStreamClient, result: SweepResult, opts: LoadOptions, files: WorkloadFiles, *,
+                 base_url: str, api_key: str | None, timeout: float, requests_per_level: int | None, chat: bool,
+                 progress: Progress | None, on_level: Callable[[SweepResult], None] | None) -> None:
+        self.sync, self.result, self.opts, self.files = sync, result, opts, files
+        self.base_url, self.api_key, self.timeout = base_url, api_key, timeout
+        self.requests_per_level, self.chat, self.progress, self.on_level = requests_per_level, chat, progress, on_level
+        self.offset = 0  # prompts used so far (every request has its own prompt, across levels too)
+        self.measured: dict[float, dict[str, Any]] = {}
+        self.current: Level | None = None  # the level being measured (named when an error stops the sweep)
+
+    def keep(self, row: dict[str, Any], level: Level) -> None:
+        """A finished level: in the result, and handed on at once."""
+        if not any(r is row for r in self.result.rows):
+            self.result.rows.append(row)
+        self.measured[level.value] = row
+        if self.on_level is not None:
+            self.on_level(self.result)
+
+    def requests(self, level: Level) -> int:
+        if self.requests_per_level:
+            return self.requests_per_level
+        if self.files.trace:
+            return len(self.files.trace)  # a trace: every record unless --requests
+        return (default_requests(level.concurrency) if level.concurrency is not None
+                else default_rate_requests(level.rate or 1.0))
+
+    def measure(self, level: Level, search: bool = False) -> dict[str, Any]:
+        """One level, each of its repeats in turn; kept (``keep``) once its last repeat's requests all came back.
+
+        An interrupt that lands after that (the level's "k/k" said, its row not built or not kept yet) keeps the
+        level, then goes on; a level cut short is never made up."""
+        r, opts = self.result, self.opts
+        n = self.requests(level)
+        self.current = level
+        runs: list[_Repeat] = []
+        whole: dict[str, Any] | None = None
+        for rep in range(opts.repeats):
+            wseed = opts.seed + 7919 * rep + len(r.rows)
+            ps, lens, wl = _plan_level(self.sync, r.engine, r.model, n, r.input_tokens, r.output_tokens, self.chat,
+                                       self.offset, opts, wseed, self.files, level)
+            self.offset += n
+            r.prompt = ps.method
+            sent_log: list[Sent] = []
+            box: list[_Sender] = []
+            got: tuple[Any, ...] | None = None
+            last = rep == opts.repeats - 1
+            cpu0 = time.process_time()
+            try:
+                got = asyncio_run(_level(
+                    self.base_url, self.api_key, self.timeout, r.engine, r.model, ps, level, r.output_tokens,
+                    r.input_tokens, self.chat, self.progress, opts, opts.seed + rep, lens, wl, sent_log, box))
+                runs.append(self.repeat_row(level, got, time.process_time() - cpu0, ps.method, wseed, wl, sent_log))
+                if last:
+                    whole = self.combine(level, runs, search)
+                    self.keep(whole, level)
+            except KeyboardInterrupt:
+                tx = box[-1] if box else None
+                if not last or tx is None or not tx.complete:
+                    raise
+                if whole is None:
+                    if len(runs) == rep:  # this repeat's row was not built yet: built from what came back
+                        tail = got or ([x for x in tx.samples if x is not None], tx.t_last - tx.t0, tx.sent_at,
+                                       tx.lags, None)
+                        one = self.repeat_row(level, tail, time.process_time() - cpu0, ps.method, wseed, wl, sent_log)
+                        if got is None:  # the level's engine metrics were not scraped to its end
+                            one[0]["interrupted_after_last_request"] = True
+                        runs.append(one)
+                    whole = self.combine(level, runs, search)
+                self.keep(whole, level)
+                raise
+        assert whole is not None
+        return whole
+
+    def repeat_row(self, level: Level, got: tuple[Any, ...], cpu: float, method: str, wseed: int,
+                   wl: Workload | None, sent_log: list[Sent]) -> _Repeat:
+        opts = self.opts
+        samples, wall, sent, lags, scraped = got
+        row = level_row(level.concurrency, samples, wall, rate=level.rate, sent_at=sent, lag_s=lags,
+                        slo=opts.slo, client_cpu_s=cpu, max_concurrency=opts.max_concurrency)
+        if scraped is not None:
+            row["server_metrics"] = scraped
+        row.update(prefix_cache_figure(samples, scraped, opts.scrape))
+        row["workload"] = {"dataset": opts.dataset, "seed": wseed, "method": method, **(wl.params if wl else {})}
+        if opts.keep_sent:
+            row["sent"] = [x.to_dict(True) for x in sorted(sent_log, key=lambda x: x.index)]
+        if opts.keep_samples:
+            row["samples"] = [dict(x.to_dict(), t_start=x.t_start) for x in samples]
+        return row, samples, wall
+
+    def combine(self, level: Level, runs: list[_Repeat], search: bool) -> dict[str, Any]:
+        """The level's row: its one repeat, or the repeats merged (mean and interval, pooled percentiles)."""
+        opts = self.opts
+        if len(runs) == 1:
+            merged = runs[0][0]
+        else:
+            rows = [row for row, _s, _w in runs]
+            pooled = [x for _r, samples, _w in runs for x in samples]
+            merged = merge_repeats(rows, level_row(level.concurrency, pooled, sum(w for _r, _s, w in runs),
+                                                   rate=level.rate, slo=opts.slo,
+                                                   max_concurrency=opts.max_concurrency))
+            merged["server_metrics"] = rows[-1].get("server_metrics")
+            merged["prefix_cache"] = {"hit_rate": merged.get("prefix_cache_hit_rate"),
+                                      "source": "mean over the repeats", "runs": [r.get("prefix_cache") for r in rows]}
+            merged["workload"] = [r.get("workload") for r in rows]
+            if opts.keep_sent:
+                merged["sent"] = [r.get("sent") for r in rows]
+            if any(r.get("interrupted_after_last_request") for r in rows):
+                merged["interrupted_after_last_request"] = True
+        if search:
+            merged["search"] = True
+        return merged
 
 
 def _plan_level(sync: HttpStreamClient, engine: str, model: str | None, n: int, input_tokens: int,
@@ -771,14 +870,15 @@ def _search(result: SweepResult, measured: dict[float, dict[str, Any]], opts: Lo
         nxt = next_search_level(v, integer=not by_rate)
         if nxt is None or nxt in measured:
             break
-        level = Level(rate=nxt) if by_rate else Level(concurrency=int(nxt))
-        row = measure(level)
-        row["search"] = True
-        result.rows.append(row)
-        measured[level.value] = row
+        measure(Level(rate=nxt) if by_rate else Level(concurrency=int(nxt)), search=True)  # kept as it ends
     result.rows.sort(key=lambda r: float(r.get("rate" if by_rate else "concurrency") or 0))
     v, vals = verdicts()
     result.slo_search = search_result(crit, v, vals, mode)
+
+
+def _level_name(level: Level) -> str:
+    """``c16`` / ``r2.5``, as :func:`level_label` names a row."""
+    return f"r{level.rate:g}" if level.rate is not None else f"c{level.concurrency}"
 
 
 def asyncio_run(coro: Any) -> Any:
@@ -804,6 +904,7 @@ async def _level(
     lens: list[tuple[int | None, int]] | None = None,
     workload: Workload | None = None,
     sent_log: list[Sent] | None = None,
+    box: list[_Sender] | None = None,
 ) -> tuple[list[StreamSample], float, list[float], list[float], dict[str, Any] | None]:
     import asyncio
 
@@ -821,7 +922,8 @@ async def _level(
             task = asyncio.create_task(scraper.run())
         samples, wall, sent, lags = await _run_level(
             client, engine, model, prompts, level, output_tokens=output_tokens, input_tokens=input_tokens,
-            chat=chat, progress=progress, opts=opts, seed=seed, lens=lens, workload=workload, sent_log=sent_log)
+            chat=chat, progress=progress, opts=opts, seed=seed, lens=lens, workload=workload, sent_log=sent_log,
+            box=box)
         scraped = None
         if scraper is not None and task is not None:
             task.cancel()

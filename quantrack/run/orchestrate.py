@@ -214,7 +214,8 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
                     [f"concurrency {list(study.sweep.concurrency)}"] * bool(study.sweep.concurrency)
                     + [f"rates {list(study.sweep.rates)}/s ({study.sweep.arrival})"] * bool(study.sweep.rates)))
                 out.sweep = _run_step(out, "sweep", lambda: _sampled(study, out, "sweep", lambda: step_sweep(
-                    study, arm, base_url, opts.api_key, say)), keep=lambda partial: setattr(out, "sweep", partial))
+                    study, arm, base_url, opts.api_key, say, on_level=lambda so_far: setattr(out, "sweep", so_far))),
+                    keep=lambda partial: setattr(out, "sweep", partial))
                 _say_contention(say, arm, out, "sweep")
                 say_sweep(say, arm, out.sweep, out.step_s.get("sweep"))
                 _check_measured(out, "sweep", out.sweep.n_failed,

@@ -240,6 +240,12 @@ class Tag:
     MODEL_SHA256_UNKNOWN = "quantrack.model_sha256_unknown"  # why the weights were not hashed
     STUDY_SHA256 = "quantrack.study_sha256"  # SHA-256 of the study file as run (its bytes when the run started)
     HOSTNAME = "quantrack.hostname"
+    # the writing process's identity (quantrack.store.liveness): `sync --stale` ends a RUNNING run whose process is gone
+    BOOT_ID = "quantrack.boot_id"  # the kernel's boot id (Linux /proc/sys/kernel/random/boot_id)
+    PID_NAMESPACE = "quantrack.pid_namespace"  # /proc/self/ns/pid ("none" where there is none)
+    PID = "quantrack.pid"
+    PID_START = "quantrack.pid_start"  # the process's start time, seconds since the epoch (a reused pid differs)
+    ENDED_BY = "quantrack.ended_by"  # who ended a run quantrack did not end itself, and why (sync --stale)
     FACT = "quantrack.fact"  # a node-fact run's kind ("probe"): see NodeFact
     FLEET = "quantrack.fleet"  # "ray": the run belongs to a fleet study
     FLEET_JOB = "quantrack.fleet.job"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -218,7 +218,10 @@ def step_latency(study: Study, arm: Arm, base_url: str, api_key: str | None, pro
 
 
 def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None,
-               progress: Progress | None = None) -> SweepResult:
+               progress: Progress | None = None,
+               on_level: Callable[[SweepResult], None] | None = None) -> SweepResult:
+    """The study's sweep; ``on_level`` gets the result as each level finishes (the arm's outcome holds every
+    finished level whatever ends the step: a signal, a forced exit, the engine gone)."""
     from quantrack.measure.sweep import load_options, run_sweep  # type: ignore[import-not-found]
     from quantrack.progress import StepProgress
 
@@ -229,7 +232,8 @@ def step_sweep(study: Study, arm: Arm, base_url: str, api_key: str | None,
                          load=load_options(sw), requests_per_level=sw.requests_per_level or None,
                          input_tokens=sw.input_tokens or study.latency.input_tokens,
                          output_tokens=sw.output_tokens or study.latency.output_tokens, api_key=api_key,
-                         model=study.model.served_name, timeout=_request_timeout(study, 300.0), progress=bar)
+                         model=study.model.served_name, timeout=_request_timeout(study, 300.0), progress=bar,
+                         on_level=on_level)
     finally:
         bar.close()
 

@@ -33,7 +33,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from quantrack.redact import (
     strip_credentials,
 )
 from quantrack.run.schema import (
+    STATUS_KILLED,
     NodeFact,
     Role,
     Tag,
@@ -88,6 +88,7 @@ TAG_STUDY = Tag.STUDY
 TAG_ARM = Tag.ARM
 TAG_PARENT_UUID = Tag.PARENT_UUID
 TAG_SPOOLED = Tag.SPOOLED
+PROCESS_TAGS = (Tag.HOSTNAME, Tag.BOOT_ID, Tag.PID_NAMESPACE, Tag.PID, Tag.PID_START)
 STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
 
@@ -226,9 +227,8 @@ def find_run_by_uuid(client: Any, exp_id: str, run_uuid: str) -> Any | None:
 
 def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | None,
            files_root: Path | None = None) -> str:
-    """Create one run from a record: tags, params, metrics (with steps), artifacts, then status."""
-    from mlflow.entities import Metric, Param, RunTag
-
+    """Create one run from a record: tags, params, metrics (with steps), artifacts, then status; a failure
+    half-way deletes the run it created (nothing is left but the record the caller still holds)."""
     rec = record.redacted()
     tags = dict(rec.tags)
     tags[TAG_UUID] = rec.uuid
@@ -240,8 +240,27 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
     # create_run sets the run name (and its mlflow.runName tag) itself; sending that tag again would take the
     # store's set_tag path (a SELECT-then-INSERT merge, not retried on a unique-key race)
     tags.pop(Tag.MLFLOW_RUN_NAME, None)
-    run = client.create_run(exp_id, start_time=rec.start_ms, tags={TAG_UUID: rec.uuid}, run_name=rec.run_name)
+    # the writer's identity goes with the run's creation: a process killed before its tags were sent leaves a
+    # RUNNING run that `sync --stale` can still tell is its own (and end), never one it cannot place
+    first = {TAG_UUID: rec.uuid, **{k: tags.pop(k) for k in PROCESS_TAGS if k in tags}}
+    run = client.create_run(exp_id, start_time=rec.start_ms, tags=first, run_name=rec.run_name)
     run_id = run.info.run_id
+    try:
+        _fill(client, run_id, rec, tags, files_root)
+    except BaseException:
+        # an upload that failed half-way leaves nothing (the record is still where it came from: the caller spools
+        # it, or sync keeps its spool entry); where even the delete fails, the next sync finds the run by its uuid
+        # without the completeness tag and replaces it: never a second copy
+        with contextlib.suppress(Exception):
+            client.delete_run(run_id)
+        raise
+    return str(run_id)
+
+
+def _fill(client: Any, run_id: str, rec: RunRecord, tags: dict[str, str], files_root: Path | None) -> None:
+    """A created run's params, metrics, tags, artifacts, then its status, then the completeness tag."""
+    from mlflow.entities import Metric, Param, RunTag
+
     params = [Param(k, v) for k, v in sorted(rec.params.items())]
     metrics = [Metric(m.key, m.value, m.timestamp, m.step) for m in rec.metrics]
     tag_list = [RunTag(k, v) for k, v in sorted(tags.items())]
@@ -263,7 +282,6 @@ def upload(client: Any, exp_id: str, record: RunRecord, parent_run_id: str | Non
         with contextlib.redirect_stdout(_redacted_stderr()):
             client.set_terminated(run_id, rec.status, end_time=rec.end_ms or now_ms())
     _log_batch(client, run_id, tags=[RunTag(TAG_COMPLETE, "true")])  # last: the run is whole
-    return str(run_id)
 
 
 _DUPLICATE = ("duplicate key", "UniqueViolation", "UNIQUE constraint failed")
@@ -343,7 +361,10 @@ def _safe_rel(rel: str) -> Path:
 # --- the spool ---------------------------------------------------------------------------------------------
 
 def spool_dir() -> Path:
-    return Path(os.environ.get("QUANTRACK_SPOOL_DIR") or Path.home() / ".cache" / "quantrack" / "spool")
+    """The spool folder, absolute: a relative ``$QUANTRACK_SPOOL_DIR`` is taken from the working directory once,
+    here, so every path under it (a spooled entry's artifact files) is absolute and never joined onto itself."""
+    raw = os.environ.get("QUANTRACK_SPOOL_DIR") or str(Path.home() / ".cache" / "quantrack" / "spool")
+    return Path(os.path.abspath(os.path.expanduser(raw)))
 
 
 _PRIVATE_DIR, _PRIVATE_FILE = 0o700, 0o600
@@ -598,6 +619,85 @@ def _apply_ops(uri: str | None, result: SyncResult, clients: dict[str, Any], say
             result.failed.append((op_uuid, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
             continue
         p.unlink()
+
+
+@dataclass
+class StaleResult:
+    """What `sync --stale` found among the store's RUNNING runs: (run id, run name, experiment, why) each."""
+
+    ended: list[tuple[str, str, str, str]] = field(default_factory=list)  # its process is gone: ended KILLED
+    alive: list[tuple[str, str, str, str]] = field(default_factory=list)  # its process is running: left
+    unknown: list[tuple[str, str, str, str]] = field(default_factory=list)  # cannot be told: left, and why
+
+
+def end_stale_runs(uri: str | None = None, progress: Callable[[str], None] | None = None,
+                   state: Callable[[Mapping[str, str]], tuple[str, str]] | None = None) -> StaleResult:
+    """End KILLED every RUNNING run of the store whose writing process is gone (``quantrack.store.liveness``: the
+    same host, boot and PID namespace, and that pid no longer that process), with ``quantrack.ended_by`` saying
+    so; a run whose process is alive, or that cannot be placed (another host, no process tags), is left RUNNING
+    and said. ``state``: the liveness check (tests)."""
+    from quantrack.store.liveness import process_state
+
+    say = progress or (lambda _m: None)
+    target = resolve_uri(uri)
+    if target.startswith("sqlite:"):
+        _existing_store(target)  # nothing created: a store that is not there has no stale run
+    look = state or process_state
+    result = StaleResult()
+    try:
+        with quick_http():
+            _end_stale(_client(target), look, result, say)
+    except QuantrackError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line naming the store, never a traceback
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise TrackingError(f"sync --stale: the store {redact_text(target)} could not be searched or updated: "
+                            f"{type(exc).__name__}: {redact_text(first)} (ended so far: {len(result.ended)})") from None
+    return result
+
+
+def _end_stale(client: Any, look: Callable[[Mapping[str, str]], tuple[str, str]], result: StaleResult,
+               say: Callable[[str], None]) -> None:
+    from mlflow.entities import ViewType
+
+    for exp in client.search_experiments(view_type=ViewType.ACTIVE_ONLY):
+        token = None
+        while True:
+            page = client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                      max_results=1000, page_token=token)
+            for run in page:
+                _end_if_stale(client, run, exp.name, look, result, say)
+            token = getattr(page, "token", None)
+            if not token:
+                break
+
+
+def _end_if_stale(client: Any, run: Any, experiment: str, look: Callable[[Mapping[str, str]], tuple[str, str]],
+                  result: StaleResult, say: Callable[[str], None]) -> None:
+    from mlflow.entities import RunTag
+
+    from quantrack.store.liveness import GONE, UNKNOWN
+
+    tags = dict(run.data.tags)
+    run_id = run.info.run_id
+    name = run.info.run_name or tags.get(Tag.MLFLOW_RUN_NAME) or run_id
+    verdict, why = look(tags)
+    entry = (run_id, name, experiment, why)
+    where = f"{name} ({run_id}, experiment {experiment!r})"
+    if verdict == UNKNOWN:
+        result.unknown.append(entry)
+        say(f"left {where} RUNNING: unknown whether its process is gone: {why}")
+        return
+    if verdict != GONE:
+        result.alive.append(entry)
+        say(f"left {where} RUNNING: {why}")
+        return
+    note = f"sync --stale: {why}; ended KILLED when found (when it died is unknown: the end time is when sync found it)"
+    _log_batch(client, run_id, tags=[RunTag(Tag.ENDED_BY, note)])
+    with contextlib.redirect_stdout(_redacted_stderr()):
+        client.set_terminated(run_id, STATUS_KILLED, end_time=now_ms())
+    result.ended.append(entry)
+    say(f"ended {where} KILLED: {why}")
 
 
 # --- logging runs ------------------------------------------------------------------------------------------
@@ -884,8 +984,11 @@ def cuda_runtime() -> str:
 
 
 def provenance_tags() -> dict[str, str]:
-    return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.HOSTNAME: socket.gethostname(),
-            Tag.TORCH_VERSION: torch_version(), Tag.CUDA_RUNTIME: cuda_runtime()}
+    """Versions, and the writing process's identity (host, boot, pid: `sync --stale` reads them)."""
+    from quantrack.store.liveness import process_tags
+
+    return {Tag.VERSION: __version__, Tag.GIT_REVISION: git_revision(), Tag.TORCH_VERSION: torch_version(),
+            Tag.CUDA_RUNTIME: cuda_runtime(), **process_tags()}
 
 
 def flatten(prefix: str, data: Mapping[str, Any]) -> dict[str, str]:

@@ -219,3 +219,87 @@ def test_a_task_file_study_refuses_what_does_not_apply(tmp_path: Path, extra: di
             "eval": {"task": "t.jsonl", "scorer": "exact", **extra},
             "arms": [{"name": "base", "weights": "f16", "baseline": True}],
         }, source=str(tmp_path / "s.toml"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_right_after_a_sweep_level_keeps_that_level(store: None, tmp_path: Path, signum: int) -> None:
+    """Issue #43: the signal lands as the level's "concurrency 1: 4/4" line is said (its last request back, its row
+    not built yet). The KILLED record has the level: its per-level metrics (named by the concurrency) and its row in
+    the sweep artifact; the level after it, cut short, is not there."""
+    import json
+
+    from quantrack.store.tracking import read_artifact_text
+
+    with registered(FakeAdapter(interval_ms=5)):
+        lines: list[str] = []
+
+        def progress(line: str) -> None:
+            lines.append(line)
+            if line.startswith("[base] sweep concurrency 1: 4/4"):
+                os.kill(os.getpid(), signum)
+
+        with pytest.raises(Interrupted):
+            run_study(_study("fake-level", arms=[{"name": "base", "weights": "f16", "baseline": True}]),
+                      RunOptions(workdir=tmp_path), progress=progress)
+    assert any(x.startswith("[base] sweep concurrency 1: 4/4") for x in lines), lines
+    run = _runs("fake-level")["base"]
+    assert run.status == STATUS_KILLED and run.tags[Tag.FAILED_STEP] == "sweep", run.tags
+    assert run.metrics["sweep_output_tps_c1"] > 0 and "sweep_tpot_ms_p50_c1" in run.metrics
+    assert not any(k.endswith("_c2") for k in run.metrics)
+    data = json.loads(read_artifact_text(run.run_id, "sweep/sweep.json") or "{}")
+    assert data["interrupted"] is True
+    assert [(r["concurrency"], r["n_ok"]) for r in data["rows"]] == [(1, 4)]
+
+
+def test_the_engine_gone_after_a_sweep_level_keeps_that_level(store: None, tmp_path: Path) -> None:
+    """Issue #43: the engine killed right after level 1's last answer. The arm is FAILED in the sweep, and its record
+    still has level 1 (metrics and the artifact's row), with where the sweep ended."""
+    import json
+
+    from quantrack.store.tracking import read_artifact_text
+
+    with registered(FakeAdapter(interval_ms=5)):
+        lines: list[str] = []
+
+        def progress(line: str) -> None:
+            lines.append(line)
+            if line.startswith("[base] sweep concurrency 1: 4/4"):
+                ready = next(x for x in lines if x.startswith("[base] server ready"))
+                os.kill(int(ready.rsplit("pid ", 1)[1].rstrip(")")), signal.SIGKILL)
+
+        res = run_study(_study("fake-gone", arms=[{"name": "base", "weights": "f16", "baseline": True}]),
+                        RunOptions(workdir=tmp_path), progress=progress)
+    (out,) = res.outcomes
+    assert out.status == STATUS_FAILED and out.failed_step == "sweep", (out.error, lines[-5:])
+    run = _runs("fake-gone")["base"]
+    assert run.status == STATUS_FAILED and run.metrics["sweep_output_tps_c1"] > 0, run.tags
+    data = json.loads(read_artifact_text(run.run_id, "sweep/sweep.json") or "{}")
+    assert [(r["concurrency"], r["n_ok"]) for r in data["rows"]] == [(1, 4)]
+    assert data["ended_early"] == "an error in level c2" and "connection refused" in out.error
+
+
+def test_the_outcome_holds_each_sweep_level_while_the_next_is_measured(fake: FakeAdapter, store: None, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a forced exit (a second signal) spools is the arm's outcome as it is at that moment: each finished level
+    is in it before the next level sends anything, not only when the step returns."""
+    from quantrack.arms import Arm
+    from quantrack.measure import sweep as sweep_mod
+    from quantrack.run.orchestrate import run_arm
+    from quantrack.run.outcome import ArmOutcome
+    from quantrack.run.steps import local_node
+
+    study = _study("fake-held", arms=[{"name": "base", "weights": "f16", "baseline": True}],
+                   sweep={"concurrency": [1, 2, 3]}, eval={"task": None})
+    arm: Arm = study.baseline
+    out = ArmOutcome(arm=arm)
+    held_at_plan: list[list[int]] = []
+    real = sweep_mod._plan_level
+
+    def plan(*a: Any, **k: Any) -> Any:  # a level about to send its first request
+        held_at_plan.append([r["concurrency"] for r in out.sweep.rows] if out.sweep is not None else [])
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "_plan_level", plan)
+    run_arm(study, arm, RunOptions(), tmp_path, local_node(), lambda _m: None, out=out)
+    assert out.status == STATUS_FINISHED, out.error
+    assert held_at_plan == [[], [1], [1, 2]]
