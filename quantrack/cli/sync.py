@@ -25,7 +25,8 @@ def sync(tracking_uri: str | None, stale: bool) -> None:
     for run_uuid, reason in res.failed:
         click.echo(f"quantrack: not synced {run_uuid[:8]}: {reason}", err=True)
     click.echo(f"uploaded {len(res.uploaded)}, already there {len(res.skipped)}, statuses set "
-               f"{len(res.terminated)}, left in {spool_dir()}: {len(res.failed)}")
+               f"{len(res.terminated)}, left in {spool_dir()}: {len(res.failed)}"
+               + (f", step checkpoints left: {len(res.held)} (their quantrack is alive, or unknown)" if res.held else ""))
     if stale:
         st = end_stale_runs(tracking_uri, progress=say)
         click.echo(f"stale: ended KILLED {len(st.ended)} (process gone), left RUNNING {len(st.alive)} (process "

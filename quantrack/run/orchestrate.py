@@ -90,6 +90,10 @@ def _run_step(outcome: ArmOutcome, name: str, fn: Callable[[], Any],
     """Run one step; any failure becomes a one-line StepError naming the step. ``outcome.step`` names the
     step while it runs (and stays set when it fails or is interrupted). An interrupt (Ctrl-C, a signal)
     goes on up; what the interrupted measurement had (``Interrupted.partial``) is handed to ``keep`` first."""
+    if outcome.on_step is not None and outcome.steps:
+        # the checkpoint of every step finished so far (the caller has stored their results by now): written as
+        # the next step starts; it says its own failures and never fails the arm
+        outcome.on_step()
     t0 = time.perf_counter()
     outcome.step = name
     try:
@@ -343,6 +347,9 @@ class _Held:
                 out.error = out.error or reason
                 where = spool_record(record(out), self.tracker.uri, reason)
                 self.arm = None
+                from quantrack.store.tracking import drop_checkpoint
+
+                drop_checkpoint(out.run_uuid)  # the spooled record is the later word
                 lines.append(f"arm {name!r} spooled {out.status} to {where}")
             except BaseException as exc:  # noqa: BLE001 - said, never hidden
                 lines.append(f"arm {name!r} could NOT be spooled: {type(exc).__name__}: {str(exc)[:300]}")
@@ -447,12 +454,14 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
         for arm in arms:
             say(f"[{arm.name}] {arm.label()}" + (f", model {refs[arm.name]}" if arm.name in refs else ""))
             out = held.arm = ArmOutcome(arm=arm, node=dict(node))
+            out.on_step = _checkpointer(tracker, arm_record, out, say)
             try:
                 out.weights = _weights(study, arm, refs.get(arm.name), say)
                 run_arm(study, arm, arm_opts, workdir, node, say, baseline=baseline_out, out=out)
             finally:  # whatever ended the arm: it is logged with everything it measured, in the state it ended
                 logged[arm.name] = _log_arm(tracker, lambda: arm_record(out))  # noqa: B023 - called now
                 held.arm = None
+                _drop_checkpoint(out)
                 outcomes.append(out)
                 where = logged[arm.name].run_id or f"spool {logged[arm.name].spooled}"
                 say(f"[{arm.name}] logged {out.status if out.status != 'RUNNING' else STATUS_FAILED} -> {where}")
@@ -481,6 +490,38 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     say(f"study {study.name!r} done in {result.wall_s:.0f} s ({len(outcomes)} arm(s); parent run "
         f"{parent.run_id or parent.spooled})")
     return result
+
+
+def _checkpointer(tracker: Tracker, build: Callable[[ArmOutcome], RunRecord], out: ArmOutcome,
+                  say: Progress) -> Callable[[], None]:
+    """As each step starts (so after each finished one): the arm as it stands, spooled as a checkpoint (KILLED, the step it ended after), so
+    a `kill -9` of quantrack loses no finished step (`quantrack sync` uploads it once this process is gone)."""
+    from dataclasses import replace
+
+    from quantrack.store.tracking import checkpoint_record
+
+    warned: list[bool] = []
+
+    def write() -> None:
+        after = out.steps[-1] if out.steps else "start"
+        copy = replace(out, status=STATUS_KILLED, failed_step=f"after {after}",
+                       error=out.error or f"quantrack ended before the arm was logged (checkpoint after step {after}; "
+                                          "uploaded by `quantrack sync` once its process was gone)")
+        try:
+            checkpoint_record(build(copy), tracker.uri, after)
+        except Exception as exc:  # noqa: BLE001 - said once; the arm goes on (it is logged whole when it ends)
+            if not warned:
+                warned.append(True)
+                say(f"[{out.arm.name}] could not write the step checkpoint ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0][:200]}): a kill -9 now would lose the arm's figures")
+
+    return write
+
+
+def _drop_checkpoint(out: ArmOutcome) -> None:
+    from quantrack.store.tracking import drop_checkpoint
+
+    drop_checkpoint(out.run_uuid)
 
 
 def _log_arm(tracker: Tracker, build: Callable[[], RunRecord]) -> Logged:

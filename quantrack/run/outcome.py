@@ -6,6 +6,7 @@ the outcome holds every figure measured up to then."""
 from __future__ import annotations
 
 import time
+import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,11 @@ class ArmOutcome:
     hygiene: dict[str, Hygiene] = field(default_factory=dict)  # step -> host/GPU contention while it ran
     start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     source: str = "run"  # run | log
+    # the arm's run id (quantrack.run_uuid): the same for its step checkpoints, a forced exit's spool entry and the
+    # logged run, so `sync` uploads it once whichever of them reaches the store
+    run_uuid: str = field(default_factory=lambda: uuidlib.uuid4().hex)
+    # called after each finished step (the study's checkpoint of the arm to the spool); never fails the arm
+    on_step: Callable[[], None] | None = field(default=None, repr=False)
     # set by the serve step: the exit status of the engine process quantrack started, None while it runs
     engine_exit: Callable[[], int | None] | None = field(default=None, repr=False)
 

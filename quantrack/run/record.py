@@ -99,7 +99,8 @@ def record_for_arm(study: Study, out: ArmOutcome, *, experiment: str, parent_uui
                    baseline_accuracy: float | None = None, extra_secrets: tuple[str, ...] = ()) -> RunRecord:
     """The run for one arm: fixed param/metric/tag names (quantrack.run.schema, docs/tracking.md)."""
     arm = out.arm
-    rec = RunRecord(experiment=experiment, run_name=arm.name, parent_uuid=parent_uuid, start_ms=out.start_ms)
+    rec = RunRecord(experiment=experiment, run_name=arm.name, parent_uuid=parent_uuid, start_ms=out.start_ms,
+                    uuid=out.run_uuid)
     rec.secrets = secret_values({**dict(study.engine.env), **out.launch_env, **arm.env_dict},
                                 [*extra_secrets, *study_secrets(study)])
     _params(rec, study, out)

@@ -383,7 +383,7 @@ def _make_private(tree: Path) -> None:
         os.chmod(p, _PRIVATE_DIR if p.is_dir() else _PRIVATE_FILE)
 
 
-def spool_record(record: RunRecord, target_uri: str, reason: str) -> Path:
+def spool_record(record: RunRecord, target_uri: str, reason: str, folder: str = "pending") -> Path:
     """Store a (redacted) record on local disk for ``quantrack sync``; returns its directory.
 
     Written to a hidden ``.<uuid>.tmp`` folder and renamed: an entry is complete or absent. A failed write
@@ -391,11 +391,11 @@ def spool_record(record: RunRecord, target_uri: str, reason: str) -> Path:
     files 0600."""
     rec = record.redacted()
     root = spool_dir()
-    d = root / "pending" / rec.uuid
-    tmp = root / "pending" / f".{rec.uuid}.tmp"
+    d = root / folder / rec.uuid
+    tmp = root / folder / f".{rec.uuid}.tmp"
     try:
         _private_dir(root)
-        _private_dir(root / "pending")
+        _private_dir(root / folder)
         if tmp.exists():
             shutil.rmtree(tmp)
         _private_dir(tmp)
@@ -464,6 +464,49 @@ def _load_spooled(d: Path) -> tuple[RunRecord, dict[str, Any]]:
     return rec, data
 
 
+CHECKPOINTS = "checkpoints"
+
+
+def checkpoint_record(record: RunRecord, target_uri: str, after: str) -> Path:
+    """The arm as it stands after a finished step, on disk (``<spool>/checkpoints/<uuid>``, written whole or not at
+    all), so a ``kill -9`` of quantrack loses no finished step: ``quantrack sync`` uploads it once the process that
+    wrote it is gone. Dropped when the arm is logged (:func:`drop_checkpoint`)."""
+    return spool_record(record, target_uri, f"checkpoint after step {after}", folder=CHECKPOINTS)
+
+
+def drop_checkpoint(run_uuid: str) -> None:
+    shutil.rmtree(spool_dir() / CHECKPOINTS / run_uuid, ignore_errors=True)
+
+
+def _adopt_checkpoints(result: SyncResult, say: Callable[[str], None]) -> None:
+    """Checkpoints whose writing process is gone become pending entries (uploaded below, once: the same uuid as
+    the run a later log or spool would make); a live writer's are left; an unknown one is left and said."""
+    from quantrack.store.liveness import GONE, process_state
+
+    root = spool_dir() / CHECKPOINTS
+    if not root.is_dir():
+        return
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            data = read_spool_json(d / "record.json")
+            tags = data.get("tags") or {}
+        except (OSError, TrackingError) as exc:
+            result.failed.append((d.name, f"unreadable checkpoint: {exc}"))
+            continue
+        state, why = process_state(tags)
+        if state != GONE:
+            result.held.append((d.name, why))
+            say(f"checkpoint {d.name[:8]} ({data.get('run_name')}) left: {why}")
+            continue
+        target = spool_dir() / "pending" / d.name
+        _private_dir(target.parent)
+        if target.exists():  # the forced exit spooled it too: that entry is the later word
+            shutil.rmtree(d, ignore_errors=True)
+            continue
+        d.rename(target)
+        say(f"checkpoint {d.name[:8]} ({data.get('run_name')}): {why}; uploading what it had, KILLED")
+
+
 def pending_spool() -> list[Path]:
     root = spool_dir() / "pending"
     if not root.is_dir():
@@ -513,6 +556,7 @@ class SyncResult:
     skipped: list[str] = field(default_factory=list)  # already on the server
     failed: list[tuple[str, str]] = field(default_factory=list)  # (uuid, reason)
     terminated: list[str] = field(default_factory=list)
+    held: list[tuple[str, str]] = field(default_factory=list)  # checkpoints of a live (or unknown) writer: left
 
 
 def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = None) -> SyncResult:
@@ -521,6 +565,7 @@ def sync_spool(uri: str | None = None, progress: Callable[[str], None] | None = 
     result = SyncResult()
     if uri:
         resolve_uri(uri)  # a bad --tracking-uri is refused even when the spool is empty
+    _adopt_checkpoints(result, say)
     for d in partial_spool():  # never skipped in silence
         why = (f"partial spool entry {d} (its write was interrupted: no complete record.json); "
                "nothing to upload from it — inspect and delete it")

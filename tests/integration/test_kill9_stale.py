@@ -134,3 +134,50 @@ def test_kill9_leaves_the_parent_running_and_sync_stale_ends_it(tmp_path: Path) 
             else:
                 os.kill(engine_pid, signal.SIGKILL)
                 raise AssertionError(f"the fake engine {engine_pid} outlived the killed `quantrack run`")
+
+
+def test_kill9_in_the_sweep_keeps_the_finished_latency_and_sync_uploads_it(tmp_path: Path) -> None:
+    """Issue #43 (b): every finished step is on disk the moment it finishes (a step checkpoint in the spool), so a
+    `kill -9` of quantrack in the sweep loses the arm's finished latency no more: a `quantrack sync` while the run
+    lives leaves its checkpoint alone; once the process is gone it uploads the arm KILLED "after latency", with its
+    latency figures. A second sync uploads nothing more."""
+    (tmp_path / "study.toml").write_text(STUDY.replace('name = "kill9"', 'name = "kill9-steps"'), encoding="utf-8")
+    (tmp_path / "fake-model.gguf").write_bytes(b"GGUF")
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    env = _env(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "fake_quantrack.py"), "--interval-ms", "20", "run", "study.toml",
+         "--tracking-uri", uri, "--workdir", str(tmp_path / "work")],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
+    assert proc.stderr is not None
+    lines: list[str] = []
+
+    def sync() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "quantrack", "sync", "--tracking-uri", uri], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=DEADLINE_S, check=False)
+
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if "[base] sweep: concurrency" in line or time.monotonic() > deadline:
+                break
+        assert any("[base] sweep: concurrency" in ln for ln in lines), "\n".join(lines[-20:])
+        alive = sync()
+        assert alive.returncode == 0, alive.stderr[-2000:]
+        assert "step checkpoints left: 1" in alive.stdout, alive.stdout + alive.stderr
+        assert load_runs("kill9-steps", uri) == []  # the arm is not in the store while it runs
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        done = sync()
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "uploaded 1," in done.stdout, done.stdout + done.stderr
+        (arm,) = load_runs("kill9-steps", uri)
+        assert arm.status == "KILLED" and arm.tags[Tag.FAILED_STEP] == "after latency", arm.tags
+        assert "step_latency_s" in arm.metrics and arm.metrics.get("tpot_ms_p50", 0) > 0, sorted(arm.metrics)
+        again = sync()
+        assert "uploaded 0," in again.stdout and "checkpoints left" not in again.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

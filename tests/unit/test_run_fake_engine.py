@@ -108,6 +108,10 @@ def test_a_finished_study_logs_latency_sweep_and_eval(fake: FakeAdapter, store: 
         assert out.live is not None and out.live.model == "fixture-model"
     runs = _runs(res.experiment)
     assert set(runs) == {"base", "q8"} and {r.status for r in runs.values()} == {STATUS_FINISHED}
+    # issue #43: the step checkpoints written while the arms ran are gone once each arm is logged
+    from quantrack.store.tracking import CHECKPOINTS, spool_dir
+
+    assert not (spool_dir() / CHECKPOINTS).exists() or not list((spool_dir() / CHECKPOINTS).iterdir())
     # issue #39: the weights loaded, by SHA-256 (the study's local file), and the model they came from
     import hashlib
 
