@@ -95,7 +95,7 @@ def test_audit_tpot_and_its_median_carry_the_flag() -> None:
     b_line = next(ln for ln in text.splitlines() if ln.startswith("node-b"))
     assert "5.00 ms ⚠" in a_line and "(of 2) ⚠" in a_line
     assert "6.00 ms ⚠" not in b_line and "(of 2) ⚠" in b_line  # compared against a median that holds a flagged TPOT
-    assert f"⚠ CONTENTION node-a: TPOT measured under contention ({WHY})" in text
+    assert f"⚠ CONTENTION node-a arm Q4_0 (llamacpp): TPOT measured under contention ({WHY})" in text  # which arm it is about
 
 
 def test_speedup_plot_titles_say_the_host_state() -> None:
