@@ -355,9 +355,10 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
         })
         if load is not None:
             table.raw[-1].update(_load_raw(r, load[1]))
+        levels = sweep_levels(r.metrics)
         table.machine.append(machine_row(
             r, is_base=is_base, delta=table.raw[-1]["delta_vs_baseline"], pt=pt, paired_cell=test,
-            cost=cost_info, budget=budget_info, levels=sweep_levels(r.metrics) or None))
+            cost=cost_info, budget=budget_info, levels=levels or None, top=_top_level(levels)))
     _add_load_columns(table)
     judged = [raw["arm"] for raw in table.raw if raw.get("budget")]
     if judged:

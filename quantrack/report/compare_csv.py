@@ -108,9 +108,9 @@ def _pp(x: float | None) -> float | None:
 
 def machine_row(r: ArmRun, *, is_base: bool, delta: float | None, pt: PairedTest | None, paired_cell: str,
                 cost: dict[str, Any] | None, budget: dict[str, Any] | None,
-                levels: dict[str, dict[str, float]] | None) -> dict[str, Any]:
-    """One arm's typed CSV values (None = empty cell), keyed by ``CSV_COLUMNS``; ``delta`` as a fraction."""
-    from quantrack.report.compare import _top_level
+                levels: dict[str, dict[str, float]] | None, top: str | None) -> dict[str, Any]:
+    """One arm's typed CSV values (None = empty cell), keyed by ``CSV_COLUMNS``; ``delta`` as a fraction;
+    ``levels`` the arm's sweep levels and ``top`` its highest (quantrack.report.compare picks it)."""
     from quantrack.run.schema import SWEEP_SLO_LIMIT
 
     acc, pc = r.accuracy, (pt.comparison if pt is not None else None)
@@ -146,7 +146,6 @@ def machine_row(r: ArmRun, *, is_base: bool, delta: float | None, pt: PairedTest
         "kv_scales": r.kv_scale_source, "kv_scales_planned": r.kv_scale_planned,
         "latency_contended": lat, "sweep_contended": swp,
     }
-    top = _top_level(levels) if levels else None
     figs = (levels or {}).get(top or "", {})
     t = r.row.tags
     row.update({
