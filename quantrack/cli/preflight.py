@@ -111,8 +111,44 @@ def kv_scale_lines(k: dict[str, Any] | None) -> list[str]:
     out.append(f"            expect in the log: {k['log_line']}" if k.get("log_line")
                else "            expect in the log: no KV-scale line (the engine prints none here)")
     for m in k.get("measured") or []:
-        out.append(f"            measured: {m['figure']} (store {m['store']}, run {m['run_id']})")
+        out.append(f"            {evidence_head(m)}: {m['figure']} (store {m['store']}, run {m['run_id']})")
     return out
+
+
+def evidence_head(m: dict[str, Any]) -> str:
+    """What a rulebook [[measured]] entry is: quantrack's own earlier run of some model on some GPU, evidence that
+    bears on this arm, never a measurement of it."""
+    if m.get("model") and m.get("gpu"):
+        return f"evidence from {m['model']} on {m['gpu']} ({m['engine']}), not this arm"
+    return f"evidence from another study's {m['engine']} run (its model and GPU: the store named), not this arm"
+
+
+_TOOLKIT = {"amd": "ROCm", "cpu": None}
+
+
+def toolkit_head(report: Any) -> str:
+    """The build the header names: CUDA for NVIDIA GPUs only (the CUDA the engine was built with); an AMD GPU's
+    ROCm build is not asked for, so it is unknown; a CPU has none."""
+    vendors = list(dict.fromkeys(g.get("vendor") or "unknown" for g in report.gpus)) or ["nvidia"]
+    parts = []
+    for v in vendors:
+        if v == "nvidia":
+            parts.append(f"CUDA build {report.cuda or 'not given'}")
+        elif v in _TOOLKIT:
+            kit = _TOOLKIT[v]
+            parts.append(f"{kit} build unknown (not asked)" if kit else "CPU (no GPU toolkit)")
+        else:
+            parts.append(f"GPU toolkit unknown (vendor {v})")
+    return ", ".join(parts)
+
+
+def _cuda_note(report: Any) -> list[str]:
+    """A CUDA build given (--cuda, [gpu] cuda) for a GPU it cannot describe: said, never shown as its header."""
+    other = [g["name"] for g in report.gpus if (g.get("vendor") or "nvidia") != "nvidia"]
+    if not report.cuda or not other:
+        return []
+    return [(f"note: CUDA build {report.cuda} was given, but {', '.join(other)} is not an NVIDIA GPU: CUDA does not "
+             "apply to it")]
 
 
 def render_report(report: Any, fmt: str, strict: bool) -> str:
@@ -124,7 +160,7 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
     if fmt == "json":
         return json.dumps(report.to_dict(strict), indent=2, default=str)
     version = f"{report.engine} {report.engine_version}{' (assumed)' if report.version_assumed else ''}"
-    head = f"preflight: {version}, CUDA build {report.cuda or 'not given'}; verdict {report.verdict.upper()}"
+    head = f"preflight: {version}, {toolkit_head(report)}; verdict {report.verdict.upper()}"
     rows = summary_rows(report)
     out = [render(rows, "table", title=head, headers={"naive_tokens": "naive tokens*",
                                                       "engine_tokens": "engine tokens*"}),
@@ -160,6 +196,7 @@ def render_report(report: Any, fmt: str, strict: bool) -> str:
         out.append(f"\nstudy: {v.verdict} {v.rule_id}: {v.message}\n  fix: {v.fix}\n  source: {v.source}")
     for n in report.notes:
         out.append(f"note: {n}")
+    out += _cuda_note(report)
     return "\n".join(out)
 
 

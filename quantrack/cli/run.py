@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from quantrack.run.outcome import StudyResult
 
 # Exit codes: every selected arm FINISHED -> 0; any arm FAILED -> 1; an arm rejected by preflight
 # (none failed) -> 3. Bad input is 2 (quantrack.errors.BadInput, one line). Interrupted: 128 + the signal
@@ -42,7 +47,8 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
         fmt: str, quick: bool) -> None:
     """Run a study: one nested MLflow run per arm under a parent run for the study.
 
-    Progress goes to stderr; the compare table of this study's runs and a line per arm to stdout.
+    Progress goes to stderr; the compare table of this study's runs, the decision under it and a line per arm
+    to stdout.
     An arm that fails is logged with status FAILED and everything it measured; a rejected arm is
     logged as rejected (KILLED). The engine API key, if any, is read from $QUANTRACK_API_KEY and
     never logged. Exit code 0 when every arm finished, 1 when any arm failed, 3 when an arm was
@@ -102,14 +108,7 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
         click.echo(f"quantrack: {intr.reason}: stopped; what was measured is logged (the lines above say where)",
                    err=True)
         raise SystemExit(intr.exit_code) from None
-    if fmt == "table" and result.table:
-        click.echo(result.table.rstrip("\n"))
-        click.echo("")
-    for o in result.outcomes:
-        where = result.logged[o.arm.name]
-        dest = where.run_id or f"spooled ({where.spooled})"
-        extra = f": {o.error}" if o.error else ""
-        click.echo(f"{o.arm.name}\t{o.status}\t{dest}{extra}")
+    _echo_result(result, fmt)
     rejected = [o.arm.name for o in result.outcomes if o.status == STATUS_REJECTED and o.verdict == "reject"]
     if result.failed:
         click.echo(f"quantrack: {len(result.failed)} arm(s) failed: {', '.join(result.failed)}", err=True)
@@ -117,3 +116,18 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
     if rejected:
         click.echo(f"quantrack: {len(rejected)} arm(s) rejected by preflight: {', '.join(rejected)}", err=True)
         raise SystemExit(EXIT_REJECTED)
+
+
+def _echo_result(result: StudyResult, fmt: str) -> None:
+    """stdout: the closing table and the decision right under it (table format), then one line per arm."""
+    if fmt == "table" and (result.table or result.decision):
+        if result.table:
+            click.echo(result.table.rstrip("\n"))
+        for line in result.decision:  # the answer, where the reader of the table looks (also on report.html)
+            click.echo(line)
+        click.echo("")
+    for o in result.outcomes:
+        where = result.logged[o.arm.name]
+        dest = where.run_id or f"spooled ({where.spooled})"
+        extra = f": {o.error}" if o.error else ""
+        click.echo(f"{o.arm.name}\t{o.status}\t{dest}{extra}")

@@ -162,11 +162,11 @@ def gpu_facts(gpu: Any, mig: bool | None = None) -> dict[str, Any]:
     """What preflight knows about one device: NVML's readings (``--gpu auto``) or the catalog entry."""
     if isinstance(gpu, GPU):
         cc = gpu.compute_capability
-        return {"name": gpu.name, "source": "catalog", "catalog": gpu.name,
+        return {"name": gpu.name, "source": "catalog", "catalog": gpu.name, "vendor": gpu.vendor,
                 "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None, "memory_gib": gpu.memory_gib,
                 "memory_mib": gpu.nvml_total_mib, "driver_version": None, "cuda_driver_version": None, "mig": mig}
     cc = gpu.compute_capability
-    return {"index": gpu.index, "name": gpu.name, "source": "NVML", "catalog": gpu.gpu.name,
+    return {"index": gpu.index, "name": gpu.name, "source": "NVML", "catalog": gpu.gpu.name, "vendor": "nvidia",
             "in_catalog": gpu.in_catalog, "compute_capability": f"{cc[0]}.{cc[1]}",
             "memory_mib": int(gpu.memory_bytes // 2**20), "memory_gib": round(gpu.memory_bytes / 2**30, 2),
             "driver_version": gpu.driver_version, "cuda_driver_version": gpu.cuda_driver_version, "mig": gpu.mig}
@@ -381,7 +381,8 @@ def run_preflight(req: PreflightRequest) -> PreflightReport:
     notes: list[str] = []
     if assumed and get_adapter(req.engine).install.release_versions:
         notes.append(f"--engine-version not given: rules assume {req.engine} {version}, the version the facts were read from")
-    if req.cuda is None and get_adapter(req.engine).install.cuda_gated:
+    if req.cuda is None and get_adapter(req.engine).install.cuda_gated and any(
+            _catalog_gpu(g).vendor == "nvidia" for g in req.gpus):  # CUDA gates are about NVIDIA GPUs only
         notes.append("--cuda not given: gates on the CUDA the engine was built with are reported as unchecked")
     if req.study is not None and not req.study.engine.port:
         notes.append(f"[engine] port = 0: run picks a free port at start; launch lines show {req.engine}'s "

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from quantrack.errors import BadInput, QuantrackError, did_you_mean
 from quantrack.report.armrun import ArmRun, ProbeFact, as_arm_runs, probe_fact
-from quantrack.run.schema import ContentionState, FallbackState, Role, RunStatus
+from quantrack.run.schema import ContentionState, FallbackState, Param, Role, RunStatus
 
 if TYPE_CHECKING:
     from quantrack.engines.base import LogReport
@@ -97,9 +97,22 @@ class AuditRow:
     kv_scale_evidence: str | None = None  # "file:line: text" (or the reason when the engine prints no line)
     cpu_placement: str | None = None  # CPU-placement kinds (CPU_PLACEMENT_KINDS), the first line in its evidence
     cpu_placement_evidence: str | None = None
+    ray_node_id: str | None = None  # the Ray node a fleet job ran on (param ray_node_id), None otherwise
+    label: str = ""  # the name shown: ``node``, made distinct where runs share a hostname (label_nodes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.node
+
+    @property
+    def who(self) -> str:
+        """The node and, for a tracked run, the arm it ran: what a finding line under the table is about."""
+        if self.arm is None:
+            return self.shown
+        return f"{self.shown} arm {self.arm}" + (f" ({self.engine})" if self.engine else "")
 
 
 @dataclass
@@ -107,6 +120,7 @@ class AuditReport:
     rows: list[AuditRow]
     warnings: list[str] = field(default_factory=list)
     probes: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> newest FP8 probe
+    node_notes: list[str] = field(default_factory=list)  # how rows sharing a hostname are named (label_nodes)
 
     @property
     def fell_back(self) -> list[AuditRow]:
@@ -144,6 +158,7 @@ def rows_from_runs(runs: Iterable[RunRow | ArmRun]) -> list[AuditRow]:
             tpot_ms=r.tpot_ms_p50, status=_run_status(r), weights=cfg.weights, unknown_reason=reason,
             tpot_contention=_latency_contention(r),
             kv_scales=r.kv_scale_source, kv_scale_evidence=r.kv_scale_evidence,
+            ray_node_id=r.row.params.get(Param.RAY_NODE_ID) or None,
         ))
         from quantrack.hardware.rulebook import fallback_gate, gpu_vendor_cc, parse_cc
 
@@ -171,6 +186,43 @@ def apply_gate(row: AuditRow, gate: Any, where: str) -> None:
     elif row.fallback is False:
         row.fallback = None
         row.unknown_reason = gate.reason
+
+
+def label_nodes(rows: list[AuditRow]) -> list[str]:
+    """Name each run's node so that two rows never read as the same node by accident: a hostname that several runs
+    share (every host here is ``vm``) gets the Ray node id the run recorded (``vm@ray:1a2b3c4d``: one machine), else
+    the run id's first 8 characters (``vm/0b5ab369``: the runs record no machine id, so whether they ran on one
+    machine is not known). Returns one note per shared hostname, saying so."""
+    by_host: dict[str, list[AuditRow]] = defaultdict(list)
+    for r in rows:
+        r.label = r.node
+        if r.arm is not None:  # raw log rows are named by file
+            by_host[r.node].append(r)
+    notes = []
+    for host, members in sorted(by_host.items()):
+        if len(members) < 2:
+            continue
+        ray = {r.ray_node_id for r in members}
+        if None not in ray and len(ray) == 1:
+            continue  # one Ray node: the same machine, the hostname names it
+        ids = [r.source for r in members if not r.ray_node_id]
+        n = next((k for k in range(8, max(map(len, ids), default=8)) if len({i[:k] for i in ids}) == len(set(ids))),
+                 max(map(len, ids), default=8))  # a prefix long enough to tell these runs apart
+        for r in members:
+            r.label = f"{host}@ray:{r.ray_node_id[:8]}" if r.ray_node_id else f"{host}/{r.source[:n]}"
+        untold = sum(1 for r in members if not r.ray_node_id)
+        how = (f"each named {host}/<run id prefix>" if untold == len(members) else
+               f"named {host}@ray:<Ray node id> where the run recorded one"
+               + (f", else {host}/<run id prefix>" if untold else ""))
+        why = ""
+        if untold:
+            who = "these runs record" if untold == len(members) else f"{untold} of them record"
+            why = (f" ({who} no machine id beyond the hostname, "
+                   "so whether they ran on one machine is not known"
+                   + ("; the FP8 probe column matches nodes by hostname" if any(r.fp8_probe for r in members) else "")
+                   + ")")
+        notes.append(f"hostname {host!r} is shared by {len(members)} runs: {how}{why}.")
+    return notes
 
 
 def _latency_contention(r: ArmRun) -> str | None:
@@ -362,7 +414,7 @@ def build_audit(runs: Iterable[RunRow | ArmRun] = (), log_dirs: Iterable[Path] =
     add_tpot_deviation(rows)
     probes = probes_by_node(node_facts)
     warnings = apply_probes(rows, probes)
-    return AuditReport(rows=rows, warnings=warnings, probes=probes)
+    return AuditReport(rows=rows, warnings=warnings, probes=probes, node_notes=label_nodes(rows))
 
 
 def load_node_facts(uri: str | None) -> list[RunRow]:
@@ -417,23 +469,23 @@ def _node_lines(report: AuditReport) -> list[str]:
     scales."""
     lines: list[str] = []
     for r in report.fell_back:
-        lines.append(f"FALLBACK {r.node}: {r.evidence or 'no evidence line recorded'}")
+        lines.append(f"FALLBACK {r.who}: {r.evidence or 'no evidence line recorded'}")
     for r in report.on_cpu:
-        lines.append(f"CPU-PLACEMENT {r.node}: {r.cpu_placement} ({r.cpu_placement_evidence or 'no line recorded'})")
+        lines.append(f"CPU-PLACEMENT {r.who}: {r.cpu_placement} ({r.cpu_placement_evidence or 'no line recorded'})")
     for r in report.unknown:
-        lines.append(f"UNKNOWN {r.node}: {r.unknown_reason or 'not read'}")
+        lines.append(f"UNKNOWN {r.who}: {r.unknown_reason or 'not read'}")
     for r in report.rows:
         if r.degraded:
-            lines.append(f"DEGRADED {r.node}: {r.degraded_evidence or r.degraded}")
+            lines.append(f"DEGRADED {r.who}: {r.degraded_evidence or r.degraded}")
     for r in report.rows:
         if r.failure:
-            lines.append(f"FAILED {r.node}: the start failed ({r.failure})")
+            lines.append(f"FAILED {r.who}: the start failed ({r.failure})")
         if r.tpot_contention:
-            lines.append(f"⚠ CONTENTION {r.node}: TPOT measured under contention ({r.tpot_contention}); its TPOT and "
+            lines.append(f"⚠ CONTENTION {r.who}: TPOT measured under contention ({r.tpot_contention}); its TPOT and "
                          "every TPOT vs median of its group are not a property of the node")
     for r in report.rows:  # quantized KV caches: which scales the engine used (quantrack.engines.kvscale)
         if r.kv_scales and r.kv_scales != "not-quantized":
-            lines.append(f"KV SCALES {r.node}: {r.kv_scales} ({r.kv_scale_evidence or 'no line recorded'})")
+            lines.append(f"KV SCALES {r.who}: {r.kv_scales} ({r.kv_scale_evidence or 'no line recorded'})")
     return lines
 
 
@@ -448,6 +500,7 @@ def render(report: AuditReport, fmt: str = "table") -> str:
                            "cpu_placement": {r.node: r.cpu_placement_evidence for r in report.on_cpu},
                            "exit_code": report.exit_code,
                            "warnings": report.warnings, "fp8_probes": report.probes,
+                           "node_notes": report.node_notes,
                            "labels": {"capacity_error_pct": "derived", "tpot_ms": "measured",
                                       "tpot_vs_median_pct": "derived (FINISHED runs, same GPU + engine + arm)",
                                       "tpot_contention": "measured (host contention during the latency step)",
@@ -475,12 +528,12 @@ def render(report: AuditReport, fmt: str = "table") -> str:
             if r.tpot_vs_median_pct is not None and (r.tpot_contention or r.tpot_median_contention):
                 vs += " ⚠"
         tpot = NA if r.tpot_ms is None else f"{r.tpot_ms:.2f} ms" + (" ⚠" if r.tpot_contention else "")
-        body.append([r.node, _cell(r.arm), _cell(r.gpu), _cell(r.compute_capability), _cell(r.mig), eng,
+        body.append([r.shown, _cell(r.arm), _cell(r.gpu), _cell(r.compute_capability), _cell(r.mig), eng,
                      _cell(r.quantization), _cell(r.effective_kernel), fb, r.fp8_probe or NO_PROBE,
                      _pct(r.capacity_error_pct), tpot, vs,
                      "log" if r.status is None else r.status])
     text = tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
-    lines = [text, "", *_node_lines(report)]
+    lines = [text, "", *report.node_notes, *_node_lines(report)]
     lines.extend(report.warnings)
     not_finished = sum(1 for r in report.rows if r.status not in (None, FINISHED) and not r.failure)
     n_unknown = len(report.unknown)
@@ -506,6 +559,7 @@ __all__ = [
     "apply_probes",
     "audit",
     "build_audit",
+    "label_nodes",
     "load_node_facts",
     "log_verdict",
     "probes_by_node",

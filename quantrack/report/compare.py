@@ -12,8 +12,6 @@ and which derived is in ``COLUMNS`` and in the footer.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections.abc import Iterable
@@ -34,6 +32,7 @@ from quantrack.report.armrun import (
     model_mismatch,
     paired_test,
 )
+from quantrack.report.compare_csv import machine_row, render_csv
 from quantrack.run.schema import HYGIENE_STEPS, ContentionState, FallbackState, Metric, RunStatus, Tag
 
 if TYPE_CHECKING:
@@ -107,6 +106,7 @@ class CompareTable:
     study_running: bool = False  # a parent study run of this experiment is still RUNNING (more arms may come)
     columns: tuple[tuple[str, str, str], ...] = COLUMNS  # + LOAD_COLUMNS when an arm recorded them
     task: str = "GSM8K"  # the accuracy column's task (a task file's name when every arm with accuracy asked it)
+    machine: list[dict[str, Any]] = field(default_factory=list)  # typed values per row (csv: compare_csv)
 
     def headers(self) -> list[str]:
         return [h.format(baseline=self.baseline or "baseline", cost=self.cost_header, task=self.task)
@@ -373,6 +373,10 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
         })
         if load is not None:
             table.raw[-1].update(_load_raw(r, load[1]))
+        levels = sweep_levels(r.metrics)
+        table.machine.append(machine_row(
+            r, is_base=is_base, delta=table.raw[-1]["delta_vs_baseline"], pt=pt, paired_cell=test,
+            cost=cost_info, budget=budget_info, levels=levels or None, top=_top_level(levels)))
     _add_load_columns(table)
     judged = [raw["arm"] for raw in table.raw if raw.get("budget")]
     if judged:
@@ -628,12 +632,8 @@ def render(table: CompareTable, fmt: str = "table", wide: bool = False) -> str:
             "columns": [{"key": k, "header": h, "source": s} for (k, _, s), h in zip(table.columns, headers)],
             "rows": table.rows, "values": table.raw, "fill_in": FILL, "notes": table.notes,
         }, indent=2, ensure_ascii=False) + "\n"
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(headers)
-        w.writerows(body)
-        return buf.getvalue()
+    if fmt == "csv":  # for machines: typed columns, not the reader's cells (quantrack.report.compare_csv)
+        return render_csv(table.machine)
     from tabulate import tabulate  # type: ignore[import-untyped]
 
     if not body:
@@ -732,6 +732,8 @@ def render_many(tables: list[CompareTable], fmt: str = "table", wide: bool = Fal
     if fmt == "json":
         return json.dumps({"tables": [json.loads(render(t, "json")) for t in tables]}, indent=2,
                           ensure_ascii=False) + "\n"
+    if fmt == "csv":  # one header; the gpu column tells the tables apart
+        return render_csv([row for t in tables for row in t.machine])
     return "\n".join(render(t, fmt, wide) for t in tables)
 
 

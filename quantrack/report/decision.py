@@ -79,6 +79,15 @@ class DecisionReport:
     generated: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     fleet_pick: str = ""
 
+    def decision_lines(self) -> list[str]:
+        """The decision in plain lines (what `quantrack run` prints under its closing table): the recommendation,
+        one line per GPU when the study measured several, then the cross-GPU pick."""
+        if len(self.sections) == 1:
+            lines = [f"decision: {self.sections[0].recommendation}"]
+        else:
+            lines = [f"decision ({s.gpu}): {s.recommendation}" for s in self.sections]
+        return lines + ([f"decision: {self.fleet_pick}"] if self.fleet_pick else [])
+
     def to_dict(self) -> dict[str, Any]:
         def arm(a: ArmDecision) -> dict[str, Any]:
             return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -310,8 +311,16 @@ def log_report(files: list[Path], run_id: str, uri: str | None) -> list[str]:
     return sorted(mapping)
 
 
+@dataclass(frozen=True)
+class PublishedPage:
+    """The page `quantrack run` wrote, and its decision in plain lines (printed under the closing table)."""
+
+    path: Path
+    decision: tuple[str, ...]
+
+
 def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[str], None],
-                         prices: Any = None) -> Path | None:
+                         prices: Any = None) -> PublishedPage | None:
     """After ``quantrack run``: the decision page of this study's arm runs (the study's [decision] constraints),
     written to ``workdir/report.html`` and logged as ``report/report.html`` on the study's parent run.
     Never raises: the runs are logged already, the page is a view of them."""
@@ -344,7 +353,7 @@ def publish_study_report(result: Any, uri: str, workdir: Path, say: Callable[[st
     for s in rep.sections:
         say(f"report: {s.gpu}: {s.recommendation}")
     say(f"report: {files[0]} (artifact report/report.html of the parent run {parent.run_id})")
-    return files[0]
+    return PublishedPage(files[0], tuple(rep.decision_lines()))
 
 
-__all__ = ["FORMATS", "log_report", "publish_study_report", "to_html", "to_markdown", "write_report"]
+__all__ = ["FORMATS", "PublishedPage", "log_report", "publish_study_report", "to_html", "to_markdown", "write_report"]

@@ -483,7 +483,8 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
     result.table = study_table(result, tracker.uri, say, prices)
     from quantrack.report.page import publish_study_report
 
-    publish_study_report(result, tracker.uri, workdir, say, prices)  # quantrack report's page, on the parent run
+    page = publish_study_report(result, tracker.uri, workdir, say, prices)  # quantrack report's page, on the parent
+    result.decision = list(page.decision) if page is not None else []
     result.wall_s = round(time.perf_counter() - t_study, 1)
     for png in result.plots:
         say(f"speedup plot: {png} (also an artifact of its arm's run)")

@@ -101,6 +101,7 @@ class StudyResult:
     parent: Logged | None
     logged: dict[str, Logged]
     table: str | None = None  # the compare table of this study's arm runs (rendered)
+    decision: list[str] = field(default_factory=list)  # the decision page's recommendation, in plain lines
     plots: list[Path] = field(default_factory=list)
     wall_s: float | None = None
 

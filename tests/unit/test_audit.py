@@ -190,3 +190,48 @@ def test_real_h200_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert len(ok_bf16) == 1 and ok_bf16[0]["group_size"] == 1
     # the fallbacks happened on a node whose probe measured native FP8: said as a note, not as a GPU fault
     assert sum(w.startswith("NOTE vm: arm fp8-marlin") for w in data["warnings"]) == 2
+    # every run here was on a host named vm: each row is named by its run id as well, and the page says why
+    assert [n["label"] for n in nodes] == [f"vm/{n['source'][:8]}" for n in nodes]
+    assert len({n["label"] for n in nodes}) == len(nodes)
+    assert data["node_notes"] == [
+        (f"hostname 'vm' is shared by {len(nodes)} runs: each named vm/<run id prefix> (these runs record no machine "
+        "id beyond the hostname, so whether they ran on one machine is not known; the FP8 probe column matches "
+        "nodes by hostname).")]
+
+
+def test_shared_hostnames_are_told_apart_and_findings_name_the_arm() -> None:
+    """Issue #44: audit named every node `vm` (the hostname of every host here) and its lines did not say which
+    arm they were about."""
+    from quantrack.report.audit import label_nodes
+
+    runs = [_run("vm", "fp8", 3.44, "no"), _run("vm", "fp8-marlin", 3.83, "yes"), _run("gpu-7", "bf16", 4.82, "no")]
+    runs[0].tags.update({"quantrack.latency_contention": "yes",
+                         "quantrack.latency_contention_reasons": "other processes used 1.6 of 2 cores"})
+    report = build_audit(runs)
+    by = {r.source: r for r in report.rows}
+    fp8, marlin, bf16 = (by[r.run_id] for r in runs)
+    assert fp8.node == marlin.node == "vm"  # the hostname itself is kept (json "node", FP8 probes match on it)
+    # run ids id-vm-fp8-vllm-FINISHED and id-vm-fp8-marlin-vllm-FINISHED: 8 characters would not tell them apart
+    assert (fp8.label, marlin.label) == ("vm/id-vm-fp8-v", "vm/id-vm-fp8-m")
+    assert bf16.label == "gpu-7"  # a hostname of its own is name enough
+    text = render(report)
+    rows = [ln.split()[0] for ln in text.splitlines()[2:5]]
+    assert rows == [fp8.label, marlin.label, "gpu-7"]
+    assert (f"⚠ CONTENTION {fp8.label} arm fp8 (vllm): TPOT measured under contention (other processes used 1.6 of "
+            "2 cores)") in text
+    assert f"FALLBACK {marlin.label} arm fp8-marlin (vllm): " in text
+    assert "hostname 'vm' is shared by 2 runs: each named vm/<run id prefix> (these runs record no machine id beyond " \
+           "the hostname, so whether they ran on one machine is not known)." in text
+    # a fleet job records its Ray node: two Ray nodes named vm are two machines, one Ray node is one machine
+    rows = rows_from_runs(runs[:2])
+    rows[0].ray_node_id, rows[1].ray_node_id = "a1b2c3d4e5f6", "f6e5d4c3b2a1"
+    assert label_nodes(rows) == [("hostname 'vm' is shared by 2 runs: named vm@ray:<Ray node id> where the run "
+                                 "recorded one.")]
+    assert [r.label for r in rows] == ["vm@ray:a1b2c3d4", "vm@ray:f6e5d4c3"]
+    rows[1].ray_node_id = rows[0].ray_node_id
+    assert label_nodes(rows) == [] and [r.label for r in rows] == ["vm", "vm"]
+    rows[1].ray_node_id = None
+    assert label_nodes(rows) == [("hostname 'vm' is shared by 2 runs: named vm@ray:<Ray node id> where the run "
+                                 "recorded one, else vm/<run id prefix> (1 of them record no machine id beyond the "
+                                 "hostname, so whether they ran on one machine is not known).")]
+    assert [r.label for r in rows] == ["vm@ray:a1b2c3d4", "vm/id-vm-fp"]  # alone without a Ray id: 8 characters

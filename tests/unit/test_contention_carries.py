@@ -75,9 +75,12 @@ def test_no_constraint_is_said_so() -> None:
 
 def test_compare_csv_json_md_carry_the_flag() -> None:
     table = build_table("cpu", RUNS, "F16")
-    rows = {r["Arm"]: r for r in csv.DictReader(io.StringIO(render(table, "csv")))}
-    assert rows["Q4_0"]["Batch-1 TPOT"] == "5.00 ms ⚠" and rows["Q4_0"]["Contention"] == "latency ⚠, sweep ⚠"
-    assert rows["Q8_0"]["Batch-1 TPOT"] == "10.00 ms" and rows["Q8_0"]["Contention"] == "none"
+    rows = {r["arm"]: r for r in csv.DictReader(io.StringIO(render(table, "csv")))}
+    # the csv is for machines: the figure a number, the flag its own column
+    assert rows["Q4_0"]["tpot_ms"] == "5.0" and rows["Q4_0"]["tpot_contended"] == "True"
+    assert rows["Q4_0"]["latency_contended"] == rows["Q4_0"]["sweep_contended"] == "True"
+    assert rows["Q8_0"]["tpot_ms"] == "10.0" and rows["Q8_0"]["tpot_contended"] == "False"
+    assert rows["Q8_0"]["latency_contended"] == rows["Q8_0"]["sweep_contended"] == "False"
     js = json.loads(render(table, "json"))
     assert {r["arm"]: r["contention"] for r in js["rows"]}["Q4_0"] == "latency ⚠, sweep ⚠"
     assert "| Q4_0 " in render(table, "md") and "5.00 ms ⚠" in render(table, "md")
@@ -92,7 +95,7 @@ def test_audit_tpot_and_its_median_carry_the_flag() -> None:
     b_line = next(ln for ln in text.splitlines() if ln.startswith("node-b"))
     assert "5.00 ms ⚠" in a_line and "(of 2) ⚠" in a_line
     assert "6.00 ms ⚠" not in b_line and "(of 2) ⚠" in b_line  # compared against a median that holds a flagged TPOT
-    assert f"⚠ CONTENTION node-a: TPOT measured under contention ({WHY})" in text
+    assert f"⚠ CONTENTION node-a arm Q4_0 (llamacpp): TPOT measured under contention ({WHY})" in text  # which arm it is about
 
 
 def test_speedup_plot_titles_say_the_host_state() -> None:

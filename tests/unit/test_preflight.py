@@ -355,7 +355,7 @@ def test_gpu_auto_json_carries_nvml_facts(capsys, monkeypatch):
     code, data = run_json(capsys, "--gpu", "auto", "--arm", "fp8", "--cuda", "13.0")
     assert code == 0
     assert data["gpus"] == [{
-        "index": 0, "name": "NVIDIA H200", "source": "NVML", "catalog": "H200", "in_catalog": True,
+        "index": 0, "name": "NVIDIA H200", "source": "NVML", "catalog": "H200", "vendor": "nvidia", "in_catalog": True,
         "compute_capability": "9.0", "memory_mib": 143771, "memory_gib": 140.4, "driver_version": "580.159.04",
         "cuda_driver_version": "13.0", "mig": False,
     }]
@@ -427,3 +427,52 @@ def test_kl_baseline_without_room_on_the_gpu_warns(capsys, tmp_path):
     path.write_text(text.replace("util = 0.45\n", "", 1).replace(', baseline_util = 0.45', ''))  # both 0.92
     code, data = run_json(capsys, "--study", str(path), "--gpu", "H200")
     assert any("add up to 1.84" in v["message"] for v in data["study"])
+
+
+EXAMPLE_H100 = Path(__file__).resolve().parents[2] / "examples" / "h100-llama3-8b.toml"  # [gpu] cuda = "12.8"
+
+
+def test_a_non_nvidia_gpu_never_gets_a_cuda_header(capsys):
+    """Issue #44: `preflight --gpu MI300X` with a study that names cuda = "12.8" printed a 'CUDA build 12.8' header."""
+    _, out, _ = run(capsys, "--gpu", "MI300X", "--study", str(EXAMPLE_H100))
+    head = out.splitlines()[0]
+    assert head.startswith("preflight: vllm 0.33.0, ROCm build unknown (not asked); verdict "), head
+    assert "CUDA" not in head
+    assert "note: CUDA build 12.8 was given, but MI300X is not an NVIDIA GPU: CUDA does not apply to it" in out
+    # without any CUDA given: no header claim and no note about unchecked CUDA gates (they are NVIDIA's)
+    _, out, _ = run(capsys, "--gpu", "MI300X", "--arm", "bf16", "--params", "8.03e9", "--layers", "32",
+                    "--kv-heads", "8", "--head-dim", "128")
+    assert out.splitlines()[0].startswith("preflight: vllm 0.33.0 (assumed), ROCm build unknown (not asked); ")
+    assert "--cuda not given" not in out and "CUDA" not in out
+    _, out, _ = run(capsys, "--gpu", "x86-cpu", "--engine", "llamacpp", "--arm", "bf16", "--params", "1.35e8",
+                    "--layers", "30", "--kv-heads", "3", "--head-dim", "64")
+    assert ", CPU (no GPU toolkit); verdict " in out.splitlines()[0]
+    # an NVIDIA GPU keeps its CUDA header, given or not
+    _, out, _ = run(capsys, "--gpu", "H100", "--study", str(EXAMPLE_H100))
+    assert out.splitlines()[0].startswith("preflight: vllm 0.33.0, CUDA build 12.8; verdict ")
+    _, out, _ = run(capsys, "--gpu", "H100", "--arm", "bf16")
+    assert ", CUDA build not given; verdict " in out.splitlines()[0] and "--cuda not given" in out
+    _, data = run_json(capsys, "--gpu", "MI300X", "--arm", "bf16")
+    assert [g["vendor"] for g in data["gpus"]] == ["amd"]
+
+
+def test_evidence_from_other_runs_is_labelled_as_such(capsys):
+    """Issue #44: the rulebook's [[measured]] lines under an arm read as measurements of that arm. They are quantrack's
+    runs of other studies (SmolLM2-135M, Qwen2.5-Coder-1.5B on an H200), evidence that bears on it."""
+    from quantrack.cli.preflight import evidence_head
+
+    _, out, _ = run(capsys, "--gpu", "MI300X", "--study", str(EXAMPLE_H100))
+    lines = out.splitlines()
+    start = lines.index("MI300X / kv-fp8: WARN")
+    block = lines[start:next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))]
+    evidence = [ln.strip() for ln in block if "run 089a0f04ef304dafac5df5b0b5c2a80d" in ln
+                or "run 75cd274899264f7fa7c1b88c42c1575d)" in ln]
+    assert len(evidence) == 2, block
+    for ln in evidence:
+        assert ln.startswith("evidence from another study's vllm run (its model and GPU: the store named), not this "
+                             "arm: "), ln
+    assert "(store docs/gpu/h200-smollm2-store.tar.gz (experiment h200-smollm2-vllm), run 089a0f04" in evidence[0]
+    assert not any(ln.lstrip().startswith("measured:") for ln in lines)  # nothing reads as this arm's measurement
+    # an entry that names its model and GPU is labelled with them
+    assert evidence_head({"engine": "vllm", "model": "SmolLM2-135M", "gpu": "H200"}) == (
+        "evidence from SmolLM2-135M on H200 (vllm), not this arm")

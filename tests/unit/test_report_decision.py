@@ -457,12 +457,16 @@ def test_run_hook_logs_the_page_on_the_parent_run(tmp_path: Path) -> None:
     result = StudyResult(study=study, experiment=EXPERIMENT, outcomes=[], parent=Logged(uuid="u", run_id=ids["parent"]),
                          logged={})
     said: list[str] = []
-    page = publish_study_report(result, uri, tmp_path / "work", said.append)
+    published = publish_study_report(result, uri, tmp_path / "work", said.append)
+    assert published is not None
+    page = published.path
     assert page == tmp_path / "work" / "report.html"
     logged = tmp_path / "artifacts" / ids["parent"] / "artifacts" / "report" / "report.html"
     assert logged.read_text() == page.read_text()
     assert said[0].startswith("report: H100: Deploy fp8-good:")
     assert said[-1] == f"report: {page} (artifact report/report.html of the parent run {ids['parent']})"
+    # the decision `quantrack run` prints under its table: the same sentence (one GPU: no GPU prefix)
+    assert published.decision == (f"decision: {said[0].removeprefix('report: H100: ')}",)
     # spooled runs: no page, one line saying how to make it later
     said.clear()
     result.parent = Logged(uuid="u", spooled=tmp_path)

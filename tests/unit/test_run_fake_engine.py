@@ -307,3 +307,70 @@ def test_the_outcome_holds_each_sweep_level_while_the_next_is_measured(fake: Fak
     run_arm(study, arm, RunOptions(), tmp_path, local_node(), lambda _m: None, out=out)
     assert out.status == STATUS_FINISHED, out.error
     assert held_at_plan == [[], [1], [1, 2]]
+
+
+_CLI_STUDY = """
+name = "fake-cli"
+context_len = 1024
+[model]
+path = "fake-model.gguf"
+[engine]
+kind = "fake"
+ready_timeout_s = 30.0
+[gpu]
+name = "x86-cpu"
+[latency]
+input_tokens = 8
+output_tokens = 6
+warmup = 1
+iterations = 3
+[sweep]
+concurrency = [1, 2]
+requests_per_level = 4
+input_tokens = 8
+output_tokens = 6
+[eval]
+task = "gsm8k"
+num_questions = 3
+num_shots = 1
+max_tokens = 8
+concurrency = 2
+[decision]
+max_accuracy_drop = "1pp"
+[[arms]]
+name = "base"
+weights = "f16"
+baseline = true
+[[arms]]
+name = "q8"
+weights = "q8_0"
+kv = "q8_0"
+"""
+
+
+def test_run_prints_the_decision_right_under_its_table(fake: FakeAdapter, store: None, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`quantrack run`'s stdout: the closing table, the decision line at once under it (the same sentence as the
+    page's Recommendation and `quantrack report`'s), a blank line, then one line per arm."""
+    import html
+    import re
+
+    from quantrack.cli import main
+
+    study = tmp_path / "fake-cli.toml"
+    study.write_text(_CLI_STUDY, encoding="utf-8")
+    (tmp_path / "fake-model.gguf").write_bytes(b"GGUF")  # named by the study, never opened by the fake engine
+    work = tmp_path / "work"
+    assert main(["run", str(study), "--workdir", str(work)]) is None
+    out = capsys.readouterr().out.splitlines()
+    blank = len(out) - 1 - out[::-1].index("")  # the table holds a blank line of its own (before its legend)
+    decision = [i for i, ln in enumerate(out) if ln.startswith("decision")]
+    assert decision == [blank - 1], out  # one section, one line, the last before the blank line
+    assert out[0].startswith("experiment: fake-cli") and "base" in "\n".join(out[:blank - 1])  # the table above it
+    assert [ln.split("\t")[:2] for ln in out[blank + 1:]] == [["base", STATUS_FINISHED], ["q8", STATUS_FINISHED]]
+    said = out[blank - 1].removeprefix("decision: ")
+    page = (work / "report.html").read_text(encoding="utf-8")
+    shown = re.search(r"<b>Recommendation:</b> (.*?)</div>", page, re.DOTALL)
+    assert shown is not None and html.unescape(shown.group(1)) == said
+    assert main(["report", "--experiment", "fake-cli", "--out", str(tmp_path / "again.html")]) is None
+    assert f"x86-cpu: {said}" in capsys.readouterr().out.splitlines()
