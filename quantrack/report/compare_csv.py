@@ -49,6 +49,8 @@ CSV_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("gsm8k_n", INT, "questions scored"),
     ("gsm8k_se", NUMBER, "standard error, fraction (imports without an interval)"),
     ("gsm8k_source", TEXT, "measured, or imported: <file>"),
+    ("accuracy_task", TEXT, ("the task the gsm8k_* columns hold: gsm8k, or a task file's name (the run's metric "
+                             "prefix; the column names stay fixed so every table has one header)")),
     ("delta_pp", NUMBER, "derived: accuracy minus the baseline's, percentage points (empty for the baseline)"),
     ("paired_p", NUMBER, "derived: exact McNemar p on the questions both runs answered"),
     ("paired_n", INT, "questions both runs answered"),
@@ -128,6 +130,7 @@ def machine_row(r: ArmRun, *, is_base: bool, delta: float | None, pt: PairedTest
         "cost_contended": None if cost is None else swp,
         "gsm8k_acc": acc.accuracy, "gsm8k_lo": acc.ci_low, "gsm8k_hi": acc.ci_high, "gsm8k_n": _int(acc.n),
         "gsm8k_se": acc.se, "gsm8k_source": acc.source if acc.accuracy is not None else None,
+        "accuracy_task": acc.task if acc.accuracy is not None else None,
         "delta_pp": _pp(delta),
         "paired_p": None if pc is None else pc.mcnemar_p, "paired_n": None if pc is None else pc.n,
         "paired_delta_lo_pp": None if pc is None else _pp(pc.delta_ci_low),
