@@ -28,9 +28,9 @@ def counts(pkg: Path) -> dict[str, int]:
         dict_any += text.count("dict[str, Any]")
         tree = ast.parse(text)
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
-                if node.end_lineno - node.lineno + 1 >= 80:
-                    long_funcs += 1
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None
+                    and node.end_lineno - node.lineno + 1 >= 80):
+                long_funcs += 1
             if isinstance(node, ast.ExceptHandler):
                 t = node.type
                 names = [t] if not isinstance(t, ast.Tuple) else list(t.elts)
