@@ -208,10 +208,18 @@ def _tags(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
         rec.tag(Tag.FAILED_STEP, out.failed_step)
     if rep is not None:
         fbs = rep.fallbacks
-        rec.tag(Tag.FALLBACK, fallback_state(rep))
-        if fallback_state(rep) == schema.FALLBACK_UNKNOWN:
+        state = fallback_state(rep)
+        gate = _fp8_gate(study, out) if state == schema.FALLBACK_NO else None
+        rec.tag(Tag.FALLBACK, gate.state if gate is not None else state)
+        if state == schema.FALLBACK_UNKNOWN:
             rec.tag(Tag.FALLBACK_REASON, "the log does not show the engine loading the weights (no "
                                          f"{rep.engine or 'engine'} load line): a fallback cannot be ruled out")
+        if gate is not None:  # no fallback line, but the GPU's FP8 gate decides (issue #41: FP8 below SM89)
+            if gate.state == schema.FALLBACK_YES:
+                rec.tag(Tag.FALLBACK_KINDS, gate.kind)
+                rec.tag(Tag.FALLBACK_EVIDENCE, f"rule {gate.rule}: {gate.reason}")
+            else:
+                rec.tag(Tag.FALLBACK_REASON, gate.reason)
         if fbs:
             rec.tag(Tag.FALLBACK_KINDS, ",".join(sorted({e.kind for e in fbs})))
             rec.tag(Tag.FALLBACK_EVIDENCE, f"{Path(str(rep.source or 'log')).name}:{fbs[0].line_no}: "
@@ -318,6 +326,23 @@ def _artifacts(rec: RunRecord, out: ArmOutcome) -> None:
     if out.verdicts:
         rec.artifacts[Artifact.PREFLIGHT_VERDICTS] = json.dumps(
             [v.to_dict() for v in out.verdicts], indent=1, default=str)
+
+
+def _fp8_gate(study: Study, out: ArmOutcome) -> Any:
+    """The rulebook's FP8 gate for an arm whose log shows no fallback: FP8 weights on a GPU below SM89 are a fallback
+    whether or not the engine printed it (``hardware.rulebook.fallback_gate``, as ``audit`` reads it); None when it
+    has nothing to add."""
+    from quantrack.hardware.rulebook import fallback_gate, parse_cc
+
+    rep, node = out.log_report, out.node
+    if rep is None:
+        return None
+    cc = parse_cc(node.get("compute_capability"))
+    if cc is None and not node.get("gpu_name"):
+        return None  # no GPU facts on this node (CPU, --base-url elsewhere): audit reads the gate with --gpu
+    return fallback_gate(rep.engine or study.engine.kind, quantization=out.arm.quantization or rep.quantization,
+                         weights=out.arm.weights, kernel=rep.linear_kernel, cc=cc, gpu=node.get("gpu_name"),
+                         engine_version=rep.engine_version)
 
 
 def fallback_state(rep: LogReport) -> str:

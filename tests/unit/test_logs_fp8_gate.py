@@ -211,3 +211,31 @@ def test_logs_parse_says_what_the_gate_says(tmp_path: Path, capsys: pytest.Captu
     # a line already says it fell back: the gate adds nothing
     assert _exit_code(["logs", "parse", str(WITH_LINE), "--format", "json"]) == 0
     assert "fallback_gate" not in json.loads(capsys.readouterr().out)[0]["extra"]
+
+
+def test_a_run_on_a_gpu_below_sm89_is_logged_with_the_gate_fallback() -> None:
+    """The run-time tag agrees with `audit`: an FP8-weights arm whose log shows no fallback line is logged
+    fallback = yes (fp8_marlin, the rule as evidence) when the node's NVML compute capability is below 8.9, and
+    stays `no` on the H200 (9.0) the log came from."""
+    from pathlib import Path
+
+    from quantrack.engines import parse_log_file
+    from quantrack.run.outcome import ArmOutcome
+    from quantrack.run.record import record_for_arm
+    from quantrack.run.schema import Tag
+    from quantrack.study import study_from_dict
+
+    log = Path(__file__).resolve().parents[1] / "data" / "logs" / "h200-default" / "vllm-0.25.0-fp8.log"
+    rep = parse_log_file(log, "vllm")
+    assert not rep.fallbacks
+    study = study_from_dict({"name": "gate", "model": {"name": "Llama-3-8B"}, "engine": {"kind": "vllm"},
+                             "arms": [{"name": "bf16", "weights": "bf16", "baseline": True},
+                                      {"name": "fp8", "weights": "fp8"}]}, source="<study>")
+    tags: dict[str, dict[str, str]] = {}
+    for cc, gpu in (("9.0", "NVIDIA H200"), ("8.6", "NVIDIA GeForce RTX 3090")):
+        out = ArmOutcome(arm=study.arm("fp8"), node={"compute_capability": cc, "gpu_name": gpu}, status="FINISHED")
+        out.log_report = rep
+        tags[cc] = record_for_arm(study, out, experiment="gate", parent_uuid=None).tags
+    assert tags["9.0"][Tag.FALLBACK] == "no"
+    assert tags["8.6"][Tag.FALLBACK] == "yes" and tags["8.6"][Tag.FALLBACK_KINDS] == "fp8_marlin"
+    assert tags["8.6"][Tag.FALLBACK_EVIDENCE].startswith("rule vllm-fp8-marlin-fallback")
