@@ -209,6 +209,8 @@ def test_a_study_asks_a_task_file_and_logs_it_under_its_own_name(fake: FakeAdapt
     ({"budget": "1pp", "order": "shuffled"}, "does not apply to task"),
     ({"scorer": "nope"}, "nope"),
     ({"num_questions": 9}, "[eval] num_questions 9:"),
+    ({"chat": "yes"}, "[eval] chat: expected true or false"),
+    ({"scorer": ""}, "[eval] scorer: expected a non-empty string"),
 ])
 def test_a_task_file_study_refuses_what_does_not_apply(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
     import json
@@ -374,3 +376,21 @@ def test_run_prints_the_decision_right_under_its_table(fake: FakeAdapter, store:
     assert shown is not None and html.unescape(shown.group(1)) == said
     assert main(["report", "--experiment", "fake-cli", "--out", str(tmp_path / "again.html")]) is None
     assert f"x86-cpu: {said}" in capsys.readouterr().out.splitlines()
+
+
+def test_task_file_keys_on_gsm8k_are_refused_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`[eval] scorer` / `chat` only apply to a task file or humaneval: on a GSM8K study the CLI says so in one line,
+    exit 2, nothing created."""
+    from quantrack.cli import main
+
+    study = tmp_path / "s.toml"
+    study.write_text('name = "x"\n[model]\nname = "SmolLM2-135M"\n[engine]\nkind = "llamacpp"\n'
+                     '[eval]\ntask = "gsm8k"\nscorer = "exact"\n[[arms]]\nname = "b"\nweights = "f16"\n'
+                     'baseline = true\n', encoding="utf-8")
+    before = set(tmp_path.iterdir())
+    with pytest.raises(SystemExit) as exc:
+        main(["preflight", "--study", str(study)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "[eval] scorer applies to a task file or humaneval, not to task gsm8k" in err
+    assert set(tmp_path.iterdir()) == before
