@@ -410,63 +410,27 @@ class AccuracyNames:
     """The metric and tag names of one task's accuracy figures (for GSM8K: ``Metric.GSM8K_*``, ``Tag.GSM8K_*``)."""
 
     prefix: str
+    accuracy: str
+    se: str
+    ci_low: str
+    ci_high: str
+    n: str
+    correct: str
+    invalid: str
+    errors: str
+    delta_vs_baseline: str
+    outcomes_tag: str
+    data_sha256_tag: str
+    source_tag: str
+    label: str  # the column header's name for the task
 
-    def _m(self, what: str) -> str:
-        return f"{self.prefix}_{what}"
 
-    @property
-    def accuracy(self) -> str:
-        return self._m("accuracy")
-
-    @property
-    def se(self) -> str:
-        return self._m("se")
-
-    @property
-    def ci_low(self) -> str:
-        return self._m("ci_low")
-
-    @property
-    def ci_high(self) -> str:
-        return self._m("ci_high")
-
-    @property
-    def n(self) -> str:
-        return self._m("n")
-
-    @property
-    def correct(self) -> str:
-        return self._m("correct")
-
-    @property
-    def invalid(self) -> str:
-        return self._m("invalid")
-
-    @property
-    def errors(self) -> str:
-        return self._m("errors")
-
-    @property
-    def delta_vs_baseline(self) -> str:
-        return self._m("delta_vs_baseline")
-
-    @property
-    def outcomes_tag(self) -> str:
-        return f"quantrack.{self.prefix}_correct"
-
-    @property
-    def data_sha256_tag(self) -> str:
-        return f"quantrack.{self.prefix}_data_sha256"
-
-    @property
-    def source_tag(self) -> str:
-        return f"quantrack.{self.prefix}_source"
-
-    @property
-    def label(self) -> str:
-        """The column header's name for the task."""
-        return "GSM8K" if self.prefix == GSM8K_PREFIX else self.prefix
+_ACCURACY_FIGURES = ("accuracy", "se", "ci_low", "ci_high", "n", "correct", "invalid", "errors", "delta_vs_baseline")
 
 
 def accuracy_names(prefix: str | None = None) -> AccuracyNames:
-    return AccuracyNames(prefix or GSM8K_PREFIX)
+    p = prefix or GSM8K_PREFIX
+    return AccuracyNames(prefix=p, **{what: f"{p}_{what}" for what in _ACCURACY_FIGURES},
+                         outcomes_tag=f"quantrack.{p}_correct",
+                         data_sha256_tag=f"quantrack.{p}_data_sha256", source_tag=f"quantrack.{p}_source",
+                         label="GSM8K" if p == GSM8K_PREFIX else p)
