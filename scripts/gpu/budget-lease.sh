@@ -9,6 +9,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 node="$here/scripts/gpu/node.sh"
 study="$here/examples/gpu/h200-qwen2.5-coder-1.5b-budget-vllm.toml"
 export QUANTRACK_CACHE=${QUANTRACK_CACHE:-/root/qt-cache}
+he="$here/examples/gpu/h200-qwen2.5-coder-1.5b-humaneval-vllm.toml"
 case ${1:?join|setup|start|start-short|poll} in
   join)
     cat /root/stash/p?? | tar -xf - -C /root/stash && rm -f /root/stash/p??
@@ -24,16 +25,19 @@ case ${1:?join|setup|start|start-short|poll} in
     "$node" bg ba "$study" --arm fp8 --workdir /root/wd-ba
     sleep 20
     "$node" bg bb "$study" --arm kv-int8-per-token-head --workdir /root/wd-bb ;;
-  start)
-    "$node" bg ba "$study" --arm bf16-again --arm fp8 --workdir /root/wd-ba
+  start)   # the quantized arms (each run answers its own bf16 first; the two bf16 runs are the floor), HumanEval beside
+    "$node" bg ba "$study" --arm fp8 --workdir /root/wd-ba
     m=$(cd "$here" && PYTHONPATH="/tmp/qt-site:$here" python3 -c "from quantrack.models.ref import cached_path; print(cached_path('qwen2.5-coder-1.5b:hf-bf16'))")
     (setsid nohup bash -c "cd '$here' && PYTHONPATH=/tmp/cal-site:/tmp/qt-site:$here python3 scripts/calibrate_kv.py \
       --model '$m' --out /root/qt-cache/qwen2.5-coder-1.5b.kv-fp8-calibrated > /root/cal.log 2>&1; echo \$? > /root/cal.rc" \
       < /dev/null > /dev/null 2>&1 &)
-    sleep 20   # the second server starts after the first has taken its memory
-    "$node" bg bb "$study" --arm kv-int8-per-token-head --arm kv-fp8-calibrated --workdir /root/wd-bb ;;
+    sleep 20   # the next server starts after the first has taken its memory
+    "$node" bg bb "$study" --arm kv-int8-per-token-head --arm kv-fp8-calibrated --workdir /root/wd-bb
+    sleep 20
+    "$node" bg he "$he" --workdir /root/wd-he ;;
   poll)
-    "$node" watch "${2:-60}" ba bb; echo "== cal rc=$(cat /root/cal.rc 2>/dev/null || echo running)"; tail -3 /root/cal.log
+    "$node" watch "${2:-60}" ba bb he || true
+    echo "== cal rc=$(cat /root/cal.rc 2>/dev/null || echo running)"; tail -3 /root/cal.log 2>/dev/null || true
     "$node" archive budget-store
-    mkdir -p "$OUT/work"; for d in /root/wd-ba /root/wd-bb; do [ -d $d ] && tar -czf "$OUT/work/$(basename $d).tar.gz" -C / "${d#/}"; done; true ;;
+    mkdir -p "$OUT/work"; for d in /root/wd-ba /root/wd-bb /root/wd-he; do [ -d $d ] && tar -czf "$OUT/work/$(basename $d).tar.gz" -C / "${d#/}"; done; true ;;
 esac
