@@ -398,11 +398,10 @@ def _check_task_file(ev: EvalSpec, table: dict[str, Any], folder: Path | None) -
         raise BadInput(f"[eval] task: no task file {path}")
     task = resolve_task(path)
     for key, why in (("num_shots", "a task file's prompts are sent as written (put exemplars in the prompt)"),
-                     ("style", "a task file is scored by its scorer"), ("order", "a task file is asked in file order"),
-                     ("budget", ("the budget's sequential test on a task file is not built yet: run the arms, then "
-                                "`quantrack eval compare --budget` on their records"))):
+                     ("style", "a task file is scored by its scorer")):
         if key in table:
             raise BadInput(f"[eval] {key} does not apply to task {ev.task}: {why}")
+    _check_budget_order(table)
     spec = ev.scorer or task.default_scorer
     if spec is None:
         raise BadInput(f"[eval] task {ev.task}: give [eval] scorer (exact, numeric, choice, regex:PATTERN, code, "
@@ -506,7 +505,6 @@ def _check_pool(kwargs: dict[str, Any]) -> None:
     """[eval] num_questions within the task's pool, a pool with train questions on fixed exemplars, and a budget
     that parses and comes with a shuffled order: before anything starts."""
     from quantrack.accuracy.gsm8k import VLLM_GSM8K, pool_size
-    from quantrack.constraints import parse_accuracy_drop
 
     task = kwargs.get("task") or "gsm8k"
     if task not in TASKS:
@@ -522,6 +520,13 @@ def _check_pool(kwargs: dict[str, Any]) -> None:
     if task in TASKS and task != "gsm8k" and kwargs.get("style", VLLM_GSM8K) != VLLM_GSM8K:
         raise BadInput(f"[eval] task {task} asks train questions: it needs style = \"vllm\" (fixed exemplars, train "
                        "rows 0..k-1, never asked)")
+    _check_budget_order(kwargs)
+
+
+def _check_budget_order(kwargs: dict[str, Any]) -> None:
+    """[eval] budget parses and comes with a shuffled order (GSM8K pools and task files alike)."""
+    from quantrack.constraints import parse_accuracy_drop
+
     if kwargs.get("budget") is not None:
         parse_accuracy_drop(kwargs["budget"], "[eval] budget")
         if kwargs.get("order", "natural") != "shuffled":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from quantrack.accuracy.records import QuestionRecord, RecordWriter, check_resume_meta, load_records, write_meta
-from quantrack.errors import BadInput
+from quantrack.errors import BadInput, unknown
 
 HUMANEVAL = "humaneval"
 ENDPOINT_COMPLETIONS = "/v1/completions"
@@ -183,10 +184,14 @@ def run_task(base_url: str, task: Task, *, scorer: str | None = None, num_questi
              chat: bool = False, stop: list[str] | None = None, records_path: str | Path | None = None,
              resume: bool = False, overwrite: bool = False, api_key: str | None = None, model: str | None = None,
              engine: str | None = None, progress: ProgressFn | None = None, timeout_s: float = 600.0,
-             code_timeout_s: float = 10.0) -> Any:
+             code_timeout_s: float = 10.0, order: str = "natural",
+             stop_rule: Callable[[QuestionRecord], bool] | None = None) -> Any:
     """Ask the first ``num_questions`` items (default all), score each with ``scorer``, write one record each.
+    ``order = "shuffled"`` asks them in a permutation seeded by ``seed`` (the items asked are then the first
+    ``num_questions`` of it, as for GSM8K); ``stop_rule`` is called with each record as it is written (a resumed
+    run's earlier records first) and sends nothing more once it returns true (the sequential budget test).
     Returns an :class:`quantrack.accuracy.gsm8k.EvalResult` whose ``task`` is the task's name."""
-    from quantrack.accuracy.gsm8k import _served_model, normalize_base_url, prompt_sha256, result_from_records
+    from quantrack.accuracy.gsm8k import ORDERS, _served_model, normalize_base_url, prompt_sha256, result_from_records
     from quantrack.accuracy.scorers import get_scorer
     from quantrack.measure.client import check_timeout, http_timeout
 
@@ -201,13 +206,18 @@ def run_task(base_url: str, task: Task, *, scorer: str | None = None, num_questi
         raise BadInput(f"--num-questions {n}: must be 1..{len(task.items)} (the items of {task.name})")
     if max_tokens < 1 or not 1 <= concurrency <= 1024:
         raise BadInput("--max-tokens must be >= 1 and --concurrency 1..1024")
+    if order not in ORDERS:
+        raise unknown("question order", order, ORDERS)
     url = normalize_base_url(base_url)
     # HumanEval's stop strings end a completion; a chat answer (a fenced block) must not be cut at its first def
     stops = (list(task.stop) if not chat else []) if stop is None else list(stop)
-    items = task.items[:n]
+    items = list(task.items)
+    if order == "shuffled":  # the permutation GSM8K's pools use (gsm8k._plan): random.Random(seed).shuffle
+        random.Random(seed).shuffle(items)
+    items = items[:n]
     style = f"scorer:{spec}"
     settings: dict[str, Any] = {
-        "task": task.name, "order": "natural", "style": style, "num_shots": 0, "max_tokens": max_tokens,
+        "task": task.name, "order": order, "style": style, "num_shots": 0, "max_tokens": max_tokens,
         "temperature": temperature, "seed": seed, "data_sha256": task.sha256, "task_sha256": task.sha256,
         "task_file": task.source, "scorer": spec, "chat": chat, "stop": stops, "num_questions": n,
         "concurrency": concurrency, "base_url": url, "engine": engine, "model": model,
@@ -224,6 +234,8 @@ def run_task(base_url: str, task: Task, *, scorer: str | None = None, num_questi
     hashes = {it["id"]: prompt_sha256(item_prompt_text(it)) for it in items}
     done = {q: r for q, r in done.items() if q in hashes and r.prompt_sha256 == hashes[q]}
     todo = [it for it in items if it["id"] not in done]
+    if stop_rule is not None and any(stop_rule(r) for r in done.values()):
+        todo = []  # a resumed run whose verdict had settled asks nothing more
 
     import httpx
 
@@ -238,7 +250,7 @@ def run_task(base_url: str, task: Task, *, scorer: str | None = None, num_questi
         writer = RecordWriter(path, resume=resume) if path is not None else None
         try:
             _ask_all(client, todo, hashes, score_fn, settings, writer, records, progress, len(done), n,
-                     chat=chat, stops=stops, model=model)
+                     chat=chat, stops=stops, model=model, stop_rule=stop_rule)
         finally:
             if writer is not None:
                 writer.close()
@@ -249,7 +261,7 @@ def run_task(base_url: str, task: Task, *, scorer: str | None = None, num_questi
 def _ask_all(client: Any, todo: list[dict[str, Any]], hashes: dict[str, str], score_fn: Any,
              settings: dict[str, Any], writer: RecordWriter | None, records: dict[Any, QuestionRecord],
              progress: ProgressFn | None, already: int, total: int, *, chat: bool, stops: list[str],
-             model: str | None) -> None:
+             model: str | None, stop_rule: Callable[[QuestionRecord], bool] | None = None) -> None:
     import functools
 
     from quantrack.accuracy.gsm8k import ask_in_flight
@@ -257,7 +269,7 @@ def _ask_all(client: Any, todo: list[dict[str, Any]], hashes: dict[str, str], sc
     asks = (functools.partial(_ask_one, client, it, hashes[it["id"]], score_fn, settings, chat=chat, stops=stops,
                               model=model) for it in todo)
     ask_in_flight(asks, concurrency=settings["concurrency"], writer=writer, records=records, progress=progress,
-                  already=already, total=total, name="task")
+                  already=already, total=total, stop_rule=stop_rule, name="task")
 
 
 def _ask_one(client: Any, item: dict[str, Any], sha: str, score_fn: Any, settings: dict[str, Any], *, chat: bool,

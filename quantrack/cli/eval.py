@@ -153,6 +153,11 @@ def _eval_task(ctx: click.Context, task: str, scorer: str | None, chat: bool, ba
     from quantrack.store.files import check_writable
 
     p = ctx.params
+    for name, flag in (("num_shots", "--num-shots"), ("style", "--style"), ("fewshot_sampler", "--fewshot-sampler"),
+                       ("fewshot_seed", "--fewshot-seed"), ("data_dir", "--data-dir")):
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            raise BadInput(f"{flag} applies to the GSM8K tasks, not to --task {task} (a task file's prompts are sent "
+                           "as written and scored by --scorer)")
     spec = resolve_task(task)
     if not base_url:
         raise BadInput("--base-url is required (or use a sub-command: compare, import, kl)")
@@ -168,7 +173,7 @@ def _eval_task(ctx: click.Context, task: str, scorer: str | None, chat: bool, ba
                       max_tokens=p["max_tokens"], concurrency=p["concurrency"], seed=seed,
                       temperature=p["temperature"], chat=chat, records_path=p["output"], resume=p["resume"],
                       overwrite=p["overwrite"], api_key=p["api_key"], model=p["model"], engine=p["engine"],
-                      progress=progress, timeout_s=p["timeout"])
+                      progress=progress, timeout_s=p["timeout"], order=p["order"])
     click.echo(json.dumps(result.to_dict(), indent=2) if p["as_json"] else "\n".join(format_task_result(result)))
     if not p["allow_errors"]:
         raise_if_errors(result)

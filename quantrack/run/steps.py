@@ -261,13 +261,18 @@ def step_eval(study: Study, arm: Arm, base_url: str, api_key: str | None, workdi
     finally:
         bar.close()
     if budget is not None:
-        result.extra["budget"] = budget.verdict(records)
-        if progress is not None:
-            from quantrack.accuracy.budget import BudgetVerdict
-
-            b = {k: v for k, v in result.extra["budget"].items() if k != "baseline"}
-            progress(f"[{arm.name}] budget vs {budget.baseline}: {BudgetVerdict(**b).sentence()}")
+        _say_budget(result, budget, records, arm, progress)
     return result, records
+
+
+def _say_budget(result: EvalResult, budget: _BudgetPlan, records: Path, arm: Arm, progress: Progress | None) -> None:
+    """The arm's sequential budget verdict in its result (``extra["budget"]``) and on the console."""
+    result.extra["budget"] = budget.verdict(records)
+    if progress is not None:
+        from quantrack.accuracy.budget import BudgetVerdict
+
+        b = {k: v for k, v in result.extra["budget"].items() if k != "baseline"}
+        progress(f"[{arm.name}] budget vs {budget.baseline}: {BudgetVerdict(**b).sentence()}")
 
 
 def eval_records_path(study: Study, arm: Arm, workdir: Path) -> Path:
@@ -291,11 +296,13 @@ def _step_task(study: Study, arm: Arm, base_url: str, api_key: str | None, workd
     task = resolve_task(ev.task)
     records = eval_records_path(study, arm, workdir)
     bar = StepProgress(progress or (lambda _m: None), f"[{arm.name}] eval")
+    budget = _budget_plan(study, arm, workdir)
     try:
         result = run_task(base_url, task, scorer=ev.scorer, num_questions=ev.num_questions, max_tokens=ev.max_tokens,
                           concurrency=ev.concurrency, seed=ev.seed, chat=ev.chat, records_path=records,
                           overwrite=True, api_key=api_key, model=study.model.served_name, engine=study.engine.kind,
-                          progress=bar.gsm8k, timeout_s=_request_timeout(study, 600.0))
+                          progress=bar.gsm8k, timeout_s=_request_timeout(study, 600.0), order=ev.order,
+                          stop_rule=budget.stop_rule if budget is not None else None)
     except KeyboardInterrupt as exc:  # the items answered so far are on disk: their result goes with it
         partial = None
         try:
@@ -311,6 +318,8 @@ def _step_task(study: Study, arm: Arm, base_url: str, api_key: str | None, workd
     finally:
         bar.close()
     result.extra["outcomes"] = task_outcomes(task, load_records(records))
+    if budget is not None:
+        _say_budget(result, budget, records, arm, progress)
     return result, records
 
 

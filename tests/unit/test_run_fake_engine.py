@@ -204,9 +204,49 @@ def test_a_study_asks_a_task_file_and_logs_it_under_its_own_name(fake: FakeAdapt
     assert "support_bot" in table.headers()
 
 
+def test_a_task_file_study_with_a_budget_stops_the_arm_when_settled(fake: FakeAdapter, store: None,
+                                                                    tmp_path: Path) -> None:
+    """Issue #38: `[eval] budget` on a task file: the baseline asks every item in the seeded order, the other arm
+    stops when its sequential verdict settles (the fake server answers alike for both arms: no discordance), and the
+    verdict is logged as for GSM8K; the outcome string keeps the file's item order with '.' for items not asked."""
+    import json
+
+    from quantrack.store.tracking import load_runs
+
+    task = tmp_path / "bot.jsonl"
+    task.write_text("".join(json.dumps({"id": f"q{i:02d}", "prompt": f"item {i}",
+                                        "reference": "w0 w1" if i % 2 else "no"}) + "\n" for i in range(40)))
+    study = study_from_dict({
+        "name": "fake-task-budget", "context_len": 1024, "model": {"path": "fake-model.gguf"},
+        "engine": {"kind": KIND, "ready_timeout_s": 30.0}, "gpu": {"name": "x86-cpu"},
+        "eval": {"task": str(task), "scorer": "exact", "max_tokens": 2, "concurrency": 1, "order": "shuffled",
+                 "budget": "50pp"},
+        "arms": [{"name": "base", "weights": "f16", "baseline": True}, {"name": "q8", "weights": "q8_0"}],
+    }, source="fake-task-budget.toml")
+    lines: list[str] = []
+    res = run_study(study, RunOptions(workdir=tmp_path / "work"), progress=lines.append)
+    assert [o.status for o in res.outcomes] == [STATUS_FINISHED, STATUS_FINISHED], lines
+    runs = {r.arm: r for r in load_runs("fake-task-budget")}
+    base, q8 = runs["base"], runs["q8"]
+    assert base.metrics["bot_n"] == 40 and "quantrack.budget_verdict" not in base.tags
+    used = int(q8.metrics["budget_questions_used"])
+    assert q8.tags["quantrack.budget_verdict"] == "within" and q8.tags["quantrack.budget_method"] == "sequential"
+    assert 1 <= used < 40 and q8.metrics["bot_n"] == used, lines
+    assert any("[q8] budget vs base: within a 50 pts budget" in x for x in lines), lines
+    outcomes = q8.tags["quantrack.bot_correct"]
+    assert len(outcomes) == 40 and outcomes.count(".") == 40 - used
+    assert base.tags["quantrack.bot_correct"] == "".join("1" if i % 2 else "0" for i in range(40))
+    ids = [json.loads(x)["id"] for x in (tmp_path / "work" / "base-bot.jsonl").read_text().splitlines()]
+    assert sorted(ids) == [f"q{i:02d}" for i in range(40)] and ids != sorted(ids)  # the seeded permutation
+    asked = [json.loads(x)["id"] for x in (tmp_path / "work" / "q8-bot.jsonl").read_text().splitlines()]
+    assert asked == ids[:used]  # the same permutation, stopped when settled
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     ({"num_shots": 5}, "[eval] num_shots does not apply to task"),
-    ({"budget": "1pp", "order": "shuffled"}, "does not apply to task"),
+    ({"budget": "1pp"}, "[eval] budget needs order = \"shuffled\""),
+    ({"budget": "lots", "order": "shuffled"}, "[eval] budget"),
+    ({"order": "backwards"}, "backwards"),
     ({"scorer": "nope"}, "nope"),
     ({"num_questions": 9}, "[eval] num_questions 9:"),
     ({"chat": "yes"}, "[eval] chat: expected true or false"),

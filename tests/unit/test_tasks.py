@@ -57,6 +57,24 @@ def test_bad_task_file_one_line_exit_2_nothing_created(tmp_path: Path, invoke: C
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mine.jsonl"]
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--num-shots", "3"], "--num-shots applies to the GSM8K tasks, not to --task"),
+    (["--style", "lm-eval"], "--style applies to the GSM8K tasks, not to --task"),
+    (["--fewshot-seed", "7"], "--fewshot-seed applies to the GSM8K tasks, not to --task"),
+    (["--order", "sideways"], "--order: expected one of natural, shuffled"),
+])
+def test_gsm8k_options_on_a_task_file_are_refused(tmp_path: Path, invoke: Callable[..., tuple[int, str, str]],
+                                                  args: list[str], message: str) -> None:
+    """Every option takes effect or is refused: a task file is not asked with GSM8K's exemplars or styles."""
+    task = tmp_path / "mine.jsonl"
+    task.write_text(json.dumps({"id": "a", "prompt": "p", "reference": "r"}) + "\n")
+    out = tmp_path / "records.jsonl"
+    code, _out, err = invoke("eval", "--task", str(task), "--scorer", "exact", "--base-url", "http://127.0.0.1:9",
+                             "--output", str(out), *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
 def test_task_sha256_and_items(tmp_path: Path) -> None:
     import hashlib
 
