@@ -279,7 +279,17 @@ def _delta_cells(r: ArmRun, base: ArmRun | None, is_base: bool, acc: float | Non
         cell = f"n/a: {why}; --allow-model-mismatch pairs them"
         return cell, cell, None
     pt = paired_test(base, r, allow_model_mismatch=allow_model_mismatch)
+    if _paired_on_fewer(pt, r, base):
+        assert pt.comparison is not None
+        return f"{pt.comparison.delta * 100:+.1f} pts (paired n={pt.comparison.n:,})", pt.cell, pt
     return f"{(acc - base_acc) * 100:+.1f} pts", pt.cell, pt
+
+
+def _paired_on_fewer(pt: PairedTest | None, r: ArmRun, base: ArmRun | None) -> bool:
+    """The two runs answered different questions (an arm stopped by its budget test, an interrupted run): the
+    difference of their accuracies would compare different question sets, so Δ is the paired one."""
+    pc = pt.comparison if pt is not None else None
+    return pc is not None and base is not None and (pc.n != r.accuracy.n or pc.n != base.accuracy.n)
 
 
 def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str | None = None,
@@ -362,7 +372,9 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             "metrics": {k: r.metrics.get(k) for k in RAW_METRICS},
             "cost": cost_info,
             "skipped_runs": table.skipped.get(arm, {}),
-            "delta_vs_baseline": None if arm == base_name or acc is None or base_acc is None else acc - base_acc,
+            "delta_vs_baseline": (None if arm == base_name or acc is None or base_acc is None else
+                                  pt.comparison.delta if pt is not None and pt.comparison is not None
+                                  and _paired_on_fewer(pt, r, base) else acc - base_acc),
             "paired_test": test_info,
             "budget": budget_info,
             "fallback": r.fallback.state, "fallback_kinds": r.fallback.kinds,

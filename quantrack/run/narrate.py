@@ -85,8 +85,11 @@ def say_eval(say: Progress, arm: Arm, ev: EvalResult, seconds: float | None = No
         say(f"[{arm.name}] eval: no question answered")
         return
     ci = f", 95% interval {lo * 100:.0f}-{hi * 100:.0f}%" if lo is not None and hi is not None else ""
-    say(f"[{arm.name}] eval: GSM8K {acc * 100:.0f}% of {int(n or 0)} questions{ci} (measured; a small "
-        f"sample: the interval, not the point, is the result){took(seconds)}")
+    task = ev.task or "gsm8k"
+    label = "GSM8K" if task.startswith("gsm8k") else task
+    wide = lo is None or hi is None or hi - lo > 0.05  # wider than 5 points: the interval is the result
+    note = "measured; a small sample: the interval, not the point, is the result" if wide else "measured"
+    say(f"[{arm.name}] eval: {label} {acc * 100:.0f}% of {int(n or 0):,} questions{ci} ({note}){took(seconds)}")
 
 
 def say_log(say: Progress, arm: Arm, rep: LogReport | None) -> None:

@@ -105,7 +105,7 @@ def test_values_come_from_the_files(logged: list[RunRow]) -> None:
     # (upper bound z^2 / (n + z^2): 3.8415 / 11.8415 = 32.4% at n=8, 3.8415 / 9.8415 = 39.0% at n=6)
     assert rows["bf16"]["gsm8k"] == "0.0% [0.0, 32.4] n=8"
     assert rows["fp8"]["gsm8k"] == "0.0% [0.0, 39.0] n=6"
-    assert rows["fp8"]["delta"] == "+0.0 pts"
+    assert rows["fp8"]["delta"] == "+0.0 pts (paired n=6)"  # bf16 answered 8 questions, fp8 6: Δ on the 6 both answered
     assert rows["fp8"]["paired_test"].startswith("McNemar p=1 (n=")
     assert rows["bf16"]["top1_agree"] == rows["bf16"]["kl"] == "— (baseline)"  # not "not measured"
     assert rows["fp8"]["top1_agree"] == FILL and rows["fp8"]["kl"] == FILL
@@ -497,3 +497,22 @@ def test_a_negative_weights_metric_is_not_shown_as_a_size(logged: list[RunRow]) 
             for r in logged]
     rows = {r["arm"]: r for r in build_table(EXPERIMENT, runs).rows}
     assert "-20.23" not in str(rows["fp8"]["weights_gib"]) and rows["fp8"]["weights_gib"] == "FILL IN", rows["fp8"]
+
+
+def test_delta_of_an_arm_that_answered_fewer_questions_is_the_paired_one(logged: list[RunRow]) -> None:
+    """An arm stopped by its budget test (or interrupted) answered a subset of the baseline's questions: Δ is the
+    paired difference on the questions both answered, not the difference of two accuracies over different sets."""
+    def with_outcomes(r: RunRow, outcomes: str) -> RunRow:
+        answered = outcomes.replace(".", "")
+        acc = answered.count("1") / len(answered)
+        return RunRow(**{**r.__dict__, "tags": {**r.tags, "quantrack.gsm8k_correct": outcomes},
+                         "metrics": {**r.metrics, "gsm8k_accuracy": acc, "gsm8k_n": float(len(answered))}})
+
+    runs = [with_outcomes(r, "11110000") if r.arm == "bf16" else with_outcomes(r, "1111....") if r.arm == "fp8"
+            else r for r in logged if r.arm in ("bf16", "fp8")]
+    t = build_table(EXPERIMENT, runs)
+    rows = {r["arm"]: r for r in t.rows}
+    # unpaired it would read +50.0 (100% of 4 against 50% of 8); on the 4 both answered both are right
+    assert rows["fp8"]["delta"].startswith("+0.0 pts (paired n=4)"), rows["fp8"]["delta"]
+    raw = {r["arm"]: r for r in t.raw}
+    assert raw["fp8"]["delta_vs_baseline"] == 0.0
