@@ -145,10 +145,22 @@ def _extracted(row: dict[str, Any]) -> Any:
     head = filtered[0]
     if isinstance(head, str):
         return head
-    lls = [f[0] if isinstance(f, list) and f else f for f in filtered]
-    if all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in lls):
-        return max(range(len(lls)), key=lambda i: lls[i])
+    lls = [_number_or_none(f[0] if isinstance(f, list) and f else f) for f in filtered]
+    if all(x is not None for x in lls):
+        return max(range(len(lls)), key=lambda i: lls[i] or 0.0)
     return None
+
+
+def _number_or_none(x: Any) -> float | None:
+    """A loglikelihood as lm-eval logs it: a number, or its string (``sanitize_list`` turns the (ll, is_greedy)
+    tuples into strings: lm_eval/loggers/evaluation_tracker.py:359-362)."""
+    if isinstance(x, bool):
+        return None
+    try:
+        v = float(x) if isinstance(x, int | float | str) else None
+    except ValueError:
+        return None
+    return v if v is not None and math.isfinite(v) else None
 
 
 def read_samples(p: Path, *, task: str, metric: str | None = None, filt: str | None = None,
