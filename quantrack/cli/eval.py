@@ -277,7 +277,7 @@ def render_comparison(report: dict[str, Any]) -> str:
     lines.append(f"discordant: base-only correct {c['base_only']}, arm-only correct {c['arm_only']}; "
                  f"exact McNemar p = {c['mcnemar_p']:.3g}")
     ex = report["excluded"]
-    if any(ex.values()):
+    if any(ex[k] for k in ("only_in_base", "only_in_arm", "errored_in_either")):
         lines.append(f"excluded: {ex['only_in_base']} only in base, {ex['only_in_arm']} only in arm, "
                      f"{ex['errored_in_either']} with a server error in either")
     if "prompt_hash_differs" in ex:
