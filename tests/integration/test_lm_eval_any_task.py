@@ -7,7 +7,7 @@ Q4_1 GGUF); run B asks a second llama.cpp server on the Q8_0 GGUF requantized fr
 one document of each task reworded, so its prompt hash differs and ``eval compare`` must drop it.
 
 Why a proxy: lm-eval's multiple-choice requests are ``/v1/completions`` with ``echo: true, logprobs: 1``, reading the
-prompt tokens' ``token_logprobs`` (lm_eval/models/openai_completions.py:86-117); llama.cpp's server returns logprobs
+prompt tokens' ``token_logprobs`` (lm_eval/models/openai_completions.py:88-123); llama.cpp's server returns logprobs
 of generated tokens only, and lm-eval's ``remote`` tokenizer speaks SGLang's ``/tokenizer_info``, ``/tokenize``
 (``prompt``) and ``/detokenize`` (``prompt``) where llama.cpp has ``/props``, ``/tokenize`` (``content``) and
 ``/detokenize`` (``content``). The proxy below translates the tokenizer calls and answers an echo request with
