@@ -46,24 +46,28 @@ LM_EVAL_FILTERS = ("strict-match", "flexible-extract")
 
 
 def import_result(path: str | Path, fmt: str = "auto", *, num_questions: int | None = None,
-                  lm_eval_filter: str = "strict-match", task_name: str | None = None
+                  lm_eval_filter: str | None = None, task_name: str | None = None, metric: str | None = None
                   ) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
-    """Read another tool's GSM8K output: (result, per-question records or None).
+    """Read another tool's GSM8K output, or lm-eval's output of any task: (result, per-question records or None).
 
-    ``task_name`` (lm-eval only): which GSM8K-family task of a results file to import; needed
-    only when the file holds several."""
+    ``task_name`` (lm-eval only): which task of a results file to import; needed only when the file holds
+    several. GSM8K-family tasks are read as before (``lm_eval_filter`` default ``strict-match``); any other task,
+    or any task with ``metric`` given, by :mod:`quantrack.accuracy.lmeval` (its rules for metric and filter)."""
+    from quantrack.accuracy import lmeval
+
     if fmt not in FORMATS:
         raise unknown("format", fmt, FORMATS)
-    if lm_eval_filter not in LM_EVAL_FILTERS:
-        raise unknown("lm-eval filter", lm_eval_filter, LM_EVAL_FILTERS)
-    p = Path(path)
-    if not p.is_file():
-        raise BadInput(f"file not found: {p}")
+    p = lmeval.regular_file(Path(path))
     if task_name is not None and fmt not in ("auto", "lm-eval"):
         raise BadInput(f"--task-name applies to lm-eval results, not --format {fmt}")
+    if metric is not None and fmt not in ("auto", "lm-eval"):
+        raise BadInput(f"--metric applies to lm-eval results, not --format {fmt}")
     if p.suffix == ".jsonl":
         if fmt not in ("auto", "lm-eval"):
             raise BadInput(f"{p}: a .jsonl file is lm-eval samples; --format {fmt} expects a JSON file")
+        if metric is not None or not _gsm8k_samples(p):
+            return lmeval.import_samples(p, task=task_name, metric=metric, filt=lm_eval_filter)
+        lm_eval_filter = _gsm8k_filter(lm_eval_filter)
         records = _lm_eval_samples(p, lm_eval_filter)
         res = result_from_records(records, num_questions=max(records) + 1 if records else 0, style="lm-eval",
                                   records_path=str(p), source="imported:lm-eval")
@@ -80,13 +84,110 @@ def import_result(path: str | Path, fmt: str = "auto", *, num_questions: int | N
         return _from_vllm(p, data), None
     if kind == SGLANG_RUN_EVAL:
         return _from_sglang(p, data, num_questions), None
-    return _from_lm_eval(p, data, lm_eval_filter, task_name)
+    if kind == "lm-eval":
+        other = _any_task(p, data, task_name, metric)
+        if other is not None:
+            return _lm_eval_any_task(p, data, *other, metric=metric, filt=lm_eval_filter)
+    if metric is not None:
+        raise BadInput(f"--metric applies to lm-eval results; {p} is a {kind} file")
+    return _from_lm_eval(p, data, _gsm8k_filter(lm_eval_filter), task_name)
+
+
+def _gsm8k_filter(filt: str | None) -> str:
+    if filt is None:
+        return "strict-match"
+    if filt not in LM_EVAL_FILTERS:
+        raise unknown("lm-eval filter", filt, LM_EVAL_FILTERS)
+    return filt
+
+
+def _gsm8k_samples(p: Path) -> bool:
+    """A samples file read by the GSM8K rules: its name's task is GSM8K-family (``samples_gsm8k*_<date>``), or its
+    name gives no task and its first line is ``exact_match`` alone under a GSM8K filter; else the any-task rules."""
+    from quantrack.accuracy.lmeval import task_from_name
+
+    named = task_from_name(p)
+    if named is not None:
+        return is_gsm8k_family(named, None)
+    first = _first_object(p) or {}
+    metrics = first.get("metrics", ["exact_match"])
+    return first.get("filter", "strict-match") in LM_EVAL_FILTERS and metrics == ["exact_match"]
+
+
+def _any_task(p: Path, data: dict[str, Any], task_name: str | None, metric: str | None
+              ) -> tuple[str, Path | None] | None:
+    """(task, its samples file or None) when a results file is read by the any-task rules, else None (GSM8K).
+
+    Any task with ``--metric``; without it, the GSM8K task when the file holds one (unchanged), else a task that
+    has its samples file beside the results (the sample lines name their metrics)."""
+    results = data.get("results")
+    if not isinstance(results, dict):
+        return None
+    configs, groups = _obj(data, "configs"), _obj(data, "group_subtasks")
+    tasks = sorted(t for t in results if not groups.get(t))
+    if task_name is not None:
+        if task_name not in results:
+            return None  # the GSM8K path says it is not there, with a did-you-mean
+        chosen = task_name
+    else:
+        family = [t for t in tasks if is_gsm8k_family(t, configs.get(t))]
+        if family and metric is None:
+            return None
+        if len(tasks) != 1:
+            if metric is None and not any(_find_samples(p, t) for t in tasks):
+                return None
+            raise BadInput(f"{p}: several tasks in results ({', '.join(tasks)}); pass --task-name")
+        chosen = tasks[0]
+    samples = _find_samples(p, chosen)
+    if metric is None and (samples is None or is_gsm8k_family(chosen, configs.get(chosen))):
+        return None
+    return chosen, samples
+
+
+def _lm_eval_any_task(p: Path, data: dict[str, Any], task: str, samples: Path | None, *, metric: str | None,
+                      filt: str | None) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
+    """Any lm-eval task of a results file: from its samples file (:func:`quantrack.accuracy.lmeval.from_results`),
+    else its accuracy alone (``results.<task>["<metric>,<filter>"]``, needs ``--metric``)."""
+    from quantrack.accuracy import lmeval
+
+    metrics = data["results"].get(task)
+    if not isinstance(metrics, dict):
+        raise BadInput(f"{p}: results.{task} is not an object")
+    counts = _obj(_obj(data, "n-samples"), task)
+    n = _count(p, counts["effective"], f"n-samples.{task}.effective", low=1) if "effective" in counts else None
+    n_shot = _obj(data, "n-shot").get(task)
+    version = data.get("lm_eval_version")
+    settings: dict[str, Any] = {"n-shot": n_shot if isinstance(n_shot, int) and not isinstance(n_shot, bool) else None,
+                                "lm_eval_version": version if isinstance(version, str) else None}
+    if samples is not None:
+        return lmeval.from_results(p, samples, task=task, metrics=metrics, n=n, settings=settings, metric=metric,
+                                   filt=filt)
+    if metric is None:
+        raise BadInput(f"{p}: no samples file for task {task!r} beside it; pass --metric to import its accuracy alone")
+    found = [k.split(",", 1)[1] for k in metrics if isinstance(k, str) and k.startswith(f"{metric},")]
+    if not found:
+        raise BadInput(f"{p}: results.{task} has no {metric!r} (found: {', '.join(sorted(map(str, metrics)))})")
+    if filt is None:
+        if len(found) > 1:
+            raise BadInput(f"{p}: results.{task} has {metric} under several filters ({', '.join(found)}); "
+                           "pass --filter")
+        filt = found[0]
+    elif filt not in found:
+        raise BadInput(f"--filter {filt!r}: results.{task} has {metric} under {', '.join(found)}")
+    acc = _number(p, metrics, f"{metric},{filt}")
+    res = _from_counts(accuracy=acc, n=n, invalid=None, source=lmeval.SOURCE, style=lmeval.STYLE, p=p,
+                       settings={**settings, "lm_eval_task": task, "lm_eval_metric": metric,
+                                 "metric_rule": "--metric", "filter": filt})
+    res.task = task
+    return res, None
 
 
 def _load_json(p: Path) -> dict[str, Any]:
+    from quantrack.accuracy.lmeval import parse_json
+
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = parse_json(p.read_text(encoding="utf-8"), str(p))
+    except UnicodeDecodeError:
         raise BadInput(f"{p}: not valid JSON") from None
     if not isinstance(data, dict):
         raise BadInput(f"{p}: expected a JSON object")
@@ -248,7 +349,7 @@ def _from_lm_eval(p: Path, data: dict[str, Any], filt: str, task_name: str | Non
         n = _count(p, n, f"n-samples.{task}.effective", low=1)
     settings: dict[str, Any] = {"filter": filt, "lm_eval_task": task,
                                 "lm_eval_stderr": metrics.get(f"exact_match_stderr,{filt}"),
-                                "n-shot": (data.get("n-shot") or {}).get(task),
+                                "n-shot": _obj(data, "n-shot").get(task),
                                 "lm_eval_version": data.get("lm_eval_version")}
     config = _obj(data, "configs").get(task)
     if isinstance(config, dict):
@@ -301,10 +402,9 @@ def _task_from_samples_name(p: Path) -> str | None:
 
 
 def _sample_line(p: Path, no: int, line: str) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
-        raise BadInput(f"{p}:{no}: not valid JSON") from None
+    from quantrack.accuracy.lmeval import parse_json
+
+    row = parse_json(line, f"{p}:{no}")
     if not isinstance(row, dict) or "doc_id" not in row or "exact_match" not in row:
         raise BadInput(f"{p}:{no}: not an lm-eval sample line (needs doc_id and exact_match)")
     doc = row["doc_id"]
@@ -366,16 +466,18 @@ def _lm_eval_samples(p: Path, filt: str) -> dict[int, QuestionRecord]:
 # ---------------------------------------------------------------- loading either kind for compare
 
 
-def load_run(path: str | Path) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
+def load_run(path: str | Path, *, metric: str | None = None, lm_eval_filter: str | None = None
+             ) -> tuple[EvalResult, dict[int, QuestionRecord] | None]:
     """What ``eval compare`` accepts: a quantrack records JSONL, a result JSON written by
-    ``eval import --out`` (with or without records), lm-eval samples, or any importable file."""
-    p = Path(path)
-    if not p.is_file():
-        raise BadInput(f"file not found: {p}")
+    ``eval import --out`` (with or without records), lm-eval samples or results of any task (``metric`` /
+    ``lm_eval_filter`` as ``eval import``'s), or any importable file."""
+    from quantrack.accuracy.lmeval import regular_file
+
+    p = regular_file(Path(path))
     if p.suffix == ".jsonl":
         first = _first_object(p)
         if first is not None and "doc_id" in first:
-            return import_result(p, "lm-eval")
+            return import_result(p, "lm-eval", metric=metric, lm_eval_filter=lm_eval_filter)
         records = load_records(p)
         styles = {r.style for r in records.values()}
         if records and all(isinstance(q, int) for q in records):  # GSM8K ids: positions in the split
@@ -390,18 +492,20 @@ def load_run(path: str | Path) -> tuple[EvalResult, dict[int, QuestionRecord] | 
     data = _load_json(p)
     if "task" in data and "source" in data and "accuracy" in data:  # quantrack result JSON
         return _from_result_json(p, data)
-    return import_result(p)
+    return import_result(p, metric=metric, lm_eval_filter=lm_eval_filter)
 
 
 def _first_object(p: Path) -> dict[str, Any] | None:
-    with p.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    raise BadInput(f"{p}: first line is not valid JSON") from None
-                return obj if isinstance(obj, dict) else None
+    from quantrack.accuracy.lmeval import parse_json
+
+    try:
+        with p.open(encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    obj = parse_json(line, f"{p}: first line")
+                    return obj if isinstance(obj, dict) else None
+    except UnicodeDecodeError:
+        raise BadInput(f"{p}: not a text file (not UTF-8): expected JSON lines") from None
     return None
 
 
@@ -439,6 +543,17 @@ def _from_result_json(p: Path, data: dict[str, Any]) -> tuple[EvalResult, dict[i
     if not res.extra:
         res.extra = {}
     return res, records
+
+
+def format_imported(result: EvalResult) -> list[str]:
+    """``eval import`` lines: an lm-eval import of any task is headed by its task and metric, the rest by GSM8K."""
+    from quantrack.accuracy.gsm8k import format_result
+
+    if result.settings.get("lm_eval_metric"):
+        from quantrack.accuracy.lmeval import format_result as format_any_task
+
+        return format_any_task(result)
+    return format_result(result)
 
 
 def result_json(result: EvalResult, records: dict[int, QuestionRecord] | None) -> str:

@@ -189,11 +189,18 @@ def _eval_task(ctx: click.Context, task: str, scorer: str | None, chat: bool, ba
 @click.option("--sequential", is_flag=True,
               help="Judge the budget question by question in the order the arm answered, with a confidence "
                    "sequence valid under optional stopping; report the first point at which it settled.")
-def compare(base: str, arm: str, fmt: str, budget: str | None, sequential: bool) -> None:
+@click.option("--metric", default=None, metavar="NAME",
+              help="lm-eval files of any task: the per-sample metric (acc, acc_norm, exact_match, pass@1 ...); "
+                   "default: the first the sample lines list.")
+@click.option("--filter", "lm_eval_filter", default=None, metavar="NAME",
+              help="lm-eval files: the filter whose lines are scored (needed when a task has several).")
+def compare(base: str, arm: str, fmt: str, budget: str | None, sequential: bool, metric: str | None,
+            lm_eval_filter: str | None) -> None:
     """Paired comparison of two runs on the questions both answered.
 
     BASE and ARM are records JSONL files from `quantrack eval`, result JSON from `eval import --out`,
-    or lm-eval samples. Delta = arm - base with a 95% Newcombe interval, exact McNemar test.
+    or lm-eval samples of any task (paired by doc_id, only where the prompt hashes agree; the others are
+    dropped and counted). Delta = arm - base with a 95% Newcombe interval, exact McNemar test.
     With --budget: the budget verdict (docs/accuracy.md, "The budget verdict").
     """
     from quantrack.accuracy.paired import compare_runs
@@ -202,7 +209,7 @@ def compare(base: str, arm: str, fmt: str, budget: str | None, sequential: bool)
     frac = None if budget is None else parse_accuracy_drop(budget, "--budget")
     if sequential and frac is None:
         raise BadInput("--sequential judges a budget: give --budget too (e.g. --budget 1pp)")
-    report = compare_runs(base, arm, budget=frac, sequential=sequential)
+    report = compare_runs(base, arm, budget=frac, sequential=sequential, metric=metric, lm_eval_filter=lm_eval_filter)
     if fmt == "json":
         click.echo(json.dumps(report, indent=2))
     else:
@@ -213,25 +220,29 @@ def compare(base: str, arm: str, fmt: str, budget: str | None, sequential: bool)
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["auto", *ENGINE_RESULT_FORMATS, "lm-eval"]), default="auto",
               show_default=True)
-@click.option("--filter", "lm_eval_filter", type=click.Choice(["strict-match", "flexible-extract"]),
-              default="strict-match", show_default=True, help="lm-eval metric filter to import.")
+@click.option("--filter", "lm_eval_filter", default=None, metavar="NAME",
+              help="lm-eval filter to import: GSM8K strict-match (default) or flexible-extract; another task's "
+                   "filter (default: its only one).")
 @click.option("--task-name", default=None,
-              help="lm-eval task to import when the results file holds several GSM8K tasks "
-                   "(gsm8k, gsm8k_cot, gsm8k_cot_llama, a local copy ...).")
+              help="lm-eval task to import when the results file holds several tasks "
+                   "(gsm8k, gsm8k_cot, a local copy, any other task with its samples file ...).")
+@click.option("--metric", default=None, metavar="NAME",
+              help="lm-eval: the per-sample metric of any task (acc, acc_norm, exact_match, pass@1 ...); default: "
+                   "GSM8K exact_match, another task the first metric its sample lines list.")
 @click.option("--num-questions", type=int, default=None,
               help="Questions scored, for sources that do not record it (SGLang run_eval).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Write the result (with per-question records when the source has them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def import_cmd(file: str, fmt: str, lm_eval_filter: str, task_name: str | None, num_questions: int | None,
-               out: str | None, as_json: bool) -> None:
+def import_cmd(file: str, fmt: str, lm_eval_filter: str | None, task_name: str | None, metric: str | None,
+               num_questions: int | None, out: str | None, as_json: bool) -> None:
     """Read GSM8K results from vLLM gsm8k_eval.py --save-results, SGLang run_eval or lm-eval (any GSM8K task;
-    both filters are kept, --filter picks the headline one)."""
-    from quantrack.accuracy.gsm8k import format_result
-    from quantrack.accuracy.importers import import_result, result_json
+    both filters are kept, --filter picks the headline one), and lm-eval --log_samples output of any other task
+    (multiple choice, generative ...: docs/accuracy.md)."""
+    from quantrack.accuracy.importers import format_imported, import_result, result_json
 
     result, records = import_result(file, fmt, num_questions=num_questions, lm_eval_filter=lm_eval_filter,
-                                    task_name=task_name)
+                                    task_name=task_name, metric=metric)
     if out:
         from quantrack.store.files import atomic_write_text
 
@@ -239,7 +250,7 @@ def import_cmd(file: str, fmt: str, lm_eval_filter: str, task_name: str | None, 
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        click.echo("\n".join(format_result(result)))
+        click.echo("\n".join(format_imported(result)))
         click.echo("  per-question    " + (f"{len(records)} records (paired comparison possible)" if records
                                           else "none (accuracy only: a paired comparison is impossible)"))
 
@@ -253,6 +264,8 @@ def render_comparison(report: dict[str, Any]) -> str:
 
     lines = []
     metric = "GSM8K" if report.get("task") in (None, "gsm8k") else str(report["task"])  # named after the task
+    if report.get("metric"):  # an lm-eval import of any task: the task and its per-sample metric
+        metric = f"{report['task']} {report['metric']}"
     if not report["paired"]:
         rows = [[side, report[side]["path"], report[side]["source"], _pct(report[side]["accuracy"]), report[side]["n"]]
                 for side in ("base", "arm")]
@@ -269,9 +282,13 @@ def render_comparison(report: dict[str, Any]) -> str:
     lines.append(f"discordant: base-only correct {c['base_only']}, arm-only correct {c['arm_only']}; "
                  f"exact McNemar p = {c['mcnemar_p']:.3g}")
     ex = report["excluded"]
-    if any(ex.values()):
+    if any(ex[k] for k in ("only_in_base", "only_in_arm", "errored_in_either")):
         lines.append(f"excluded: {ex['only_in_base']} only in base, {ex['only_in_arm']} only in arm, "
                      f"{ex['errored_in_either']} with a server error in either")
+    if "prompt_hash_differs" in ex:
+        lines.append(f"dropped: {ex['prompt_hash_differs']} samples whose prompt_hash differs, "
+                     f"{ex['doc_or_target_hash_differs']} whose doc or target hash differs (lm-eval {report['metric']}, "
+                     f"filter {report['filter']})")
     lines.append(report["verdict"])
     if report.get("budget"):
         lines.append(budget_line(report["budget"]))
