@@ -14,8 +14,10 @@ its spread (each repeat's value) is shown beside it. **Over-saturation** (rate p
 server cannot keep up with the offered rate, so the probe counts as a miss whatever its latencies say, and the
 ascent stops there (no higher rate is offered). Two rules, each stated in the result:
 
-* *dispatch*: the achieved send rate is below ``(1 - margin)`` x the offered rate (requests queue in the client
-  behind ``--max-concurrency``);
+* *dispatch*: the median request went out later than its schedule by more than the mean gap between arrivals
+  (1 / offered rate): requests queue in the client behind ``--max-concurrency``. (Not the achieved send rate
+  against the offered one: over a few Poisson arrivals that ratio is noise, 0.77 at 1/s with 4 requests on the
+  llama.cpp test server, nothing queued);
 * *completion*: requests finish at below ``(1 - margin)`` x the rate they were sent (requests queue in the
   server: completion rate = (ok requests - 1) / (last finish - first finish)).
 
@@ -141,9 +143,11 @@ def saturation(row: Mapping[str, Any], margin: float = SATURATION_MARGIN) -> str
     offered = row.get("rate")
     for run in row.get("runs") or [row]:
         sent, done = run.get("achieved_rate"), run.get("completion_rate")
-        if isinstance(offered, (int, float)) and isinstance(sent, (int, float)) and sent < (1 - margin) * offered:
-            return (f"dispatch: sent {sent:.3g}/s < {1 - margin:.0%} of the offered {offered:g}/s (requests "
-                    "queued in the client)")
+        lag = (run.get("dispatch_lag_ms") or {}).get("p50")
+        gap_ms = 1000.0 / offered if isinstance(offered, (int, float)) and offered > 0 else None
+        if isinstance(lag, (int, float)) and gap_ms is not None and lag > gap_ms:
+            return (f"dispatch: the median request went out {lag:.0f} ms behind its schedule, more than the mean "
+                    f"gap {gap_ms:.0f} ms between arrivals at {offered:g}/s (requests queued in the client)")
         if isinstance(sent, (int, float)) and isinstance(done, (int, float)) and done < (1 - margin) * sent:
             return (f"completion: finished {done:.3g}/s < {1 - margin:.0%} of the {sent:.3g}/s sent (requests "
                     "queued in the server)")
@@ -259,8 +263,9 @@ def probe_search(criterion: LevelCriterion, spec: ProbeSpec, measure: Callable[[
         "limit": _num(met, spec.integer), "first_miss": _num(missed, spec.integer),
         "bounded": missed is not None, "stop": stop, "stop_text": text, "ascent_stop": ascent_stop,
         "saturated": saturated, **spec.to_dict(), "probe_bound": bound, "n_probes": len(tr.probes),
-        "saturation_rule": (f"dispatch: achieved send rate < {1 - spec.margin:.0%} of offered, or completion: "
-                            f"finish rate < {1 - spec.margin:.0%} of the send rate" if spec.mode == "rate" else
+        "saturation_rule": ("dispatch: median send lag behind schedule > the mean arrival gap (1/rate), or "
+                            f"completion: finish rate < {1 - spec.margin:.0%} of the send rate" if spec.mode == "rate"
+                            else
                             "not checked at concurrency levels (closed loop: the client never sends faster than "
                             "the server answers)"),
         "verdict_rule": "the criterion on the pooled requests of a probe's repeats; an over-saturated probe misses",

@@ -222,7 +222,7 @@ def merge_repeats(runs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[st
     row["repeats"] = len(runs)
     row["repeat_stats"] = stats
     row["runs"] = [{k: r.get(k) for k in (*REPEAT_FIGURES, "wall_s", "requests", "n_ok", "mode", "rate",
-                                          "ttft_ms", "tpot_ms", "e2e_ms")}
+                                          "dispatch_lag_ms", "ttft_ms", "tpot_ms", "e2e_ms")}
                    for r in runs]
     return row
 

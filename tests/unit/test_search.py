@@ -116,8 +116,12 @@ def test_over_saturation_is_a_miss_and_ends_the_ascent() -> None:
 def test_saturation_rules() -> None:
     ok = {"mode": "rate", "rate": 8.0, "achieved_rate": 7.9, "completion_rate": 7.5}
     assert saturation(ok) is None
-    client = dict(ok, achieved_rate=5.0)
-    assert (saturation(client) or "").startswith("dispatch: sent 5/s < 80% of the offered 8/s")
+    # a low achieved rate alone is Poisson noise over few arrivals, not queueing
+    assert saturation(dict(ok, achieved_rate=5.0, completion_rate=5.0)) is None
+    client = dict(ok, dispatch_lag_ms={"p50": 400.0, "p99": 900.0, "max": 950.0})
+    assert (saturation(client) or "").startswith("dispatch: the median request went out 400 ms behind its "
+                                                  "schedule, more than the mean gap 125 ms")
+    assert saturation(dict(ok, dispatch_lag_ms={"p50": 2.0})) is None
     server = dict(ok, completion_rate=3.0)
     assert (saturation(server) or "").startswith("completion: finished 3/s < 80% of the 7.9/s sent")
     assert saturation({"mode": "concurrency", "concurrency": 4}) is None  # closed loop: not checked
