@@ -143,12 +143,12 @@ STUDY_EDITS: list[tuple[str, tuple[str, str], str]] = [
     # the SLO search that measures (#40): every probe key checked before anything starts
     ("sweep-search-mode-unknown", ("requests_per_level = 8", 'requests_per_level = 8\nsearch_mode = "binary"'),
      "search_mode"),
-    ("sweep-search-no-criterion", ("requests_per_level = 8", 'requests_per_level = 8\nsearch_mode = "rate"\n'
-                                   'search_range = "0.5:4"'), "[sweep] search_mode rate needs [sweep] slo_search"),
-    ("sweep-search-no-range", ("requests_per_level = 8", 'requests_per_level = 8\nsearch_mode = "rate"\n'
-                               'slo_search = "ttft_p95<=1s"'), "[sweep] search_mode rate needs [sweep] search_range"),
-    ("sweep-search-range-reversed", ("requests_per_level = 8", 'requests_per_level = 8\nsearch_mode = "rate"\n'
-                                     'slo_search = "ttft_p95<=1s"\nsearch_range = "8:1"'),
+    ("sweep-search-no-criterion", ("requests_per_level = 8", ('requests_per_level = 8\nsearch_mode = "rate"\n'
+                                   'search_range = "0.5:4"')), "[sweep] search_mode rate needs [sweep] slo_search"),
+    ("sweep-search-no-range", ("requests_per_level = 8", ('requests_per_level = 8\nsearch_mode = "rate"\n'
+                               'slo_search = "ttft_p95<=1s"')), "[sweep] search_mode rate needs [sweep] search_range"),
+    ("sweep-search-range-reversed", ("requests_per_level = 8", ('requests_per_level = 8\nsearch_mode = "rate"\n'
+                                     'slo_search = "ttft_p95<=1s"\nsearch_range = "8:1"')),
      "[sweep] search_range '8:1': LOW and HIGH"),
     ("sweep-search-range-measured", ("requests_per_level = 8", 'requests_per_level = 8\nsearch_range = "1:8"'),
      "[sweep] search_range applies to [sweep] search_mode rate or concurrency"),
