@@ -175,3 +175,55 @@ def test_probe_spec_needs_a_criterion_and_names_study_keys() -> None:
         probe_spec("rate", "1:8", 0.1, 2, criterion=None, prefix="[sweep] ")
     assert probe_spec("measured", None, 0.1, 2, criterion=None) is None
     assert probe_spec("rate", "0.5:64", 0.1, 2, criterion=CRIT) == ProbeSpec("rate", 0.5, 64.0, 0.1, 2)
+
+
+def _searched() -> dict[str, Any]:
+    spec = ProbeSpec("rate", 0.5, 64.0, tolerance=0.1, repeats=2)
+    return probe_search(CRIT, spec, SimServer(7.7, 2).measure(spec))
+
+
+def test_the_bracket_reaches_the_record_compare_judge_and_narration() -> None:
+    from quantrack.measure.sweep import SweepResult
+    from quantrack.run.record import _sweep_metrics
+    from quantrack.store.records import RunRecord
+
+    s = _searched()
+    met, missed = s["met"], s["missed"]
+    rec = RunRecord(experiment="x", run_name="a")
+    _sweep_metrics(rec, SweepResult("vllm", "http://h", "m", 16, 4, slo_search=s))
+    got = {m.key: m.value for m in rec.metrics}
+    assert got["sweep_slo_limit"] == met and rec.tags["quantrack.sweep_slo_search_first_miss"] == f"{missed:g}"
+    assert rec.tags["quantrack.sweep_slo_search_method"] == "probe"
+    assert rec.tags["quantrack.sweep_slo_search_stop"].startswith("tolerance: bracket within the tolerance")
+
+    from quantrack.report.compare import build_table
+    from quantrack.report.judge import load_explanation
+    from quantrack.store.tracking import RunRow
+
+    row = RunRow(run_id="id-a", experiment_id="1", run_name="a", status="FINISHED", start_time=1, end_time=2,
+                 params={}, metrics={"sweep_output_tps_r4": 10.0, "sweep_tpot_ms_p95_r4": 20.0, **got},
+                 tags={"quantrack.arm": "a", "quantrack.baseline": "true", **rec.tags})
+    t = build_table("x", [row], baseline="a")  # type: ignore[list-item]
+    assert t.rows[0]["slo_limit"] == f"[r{met:g} met, r{missed:g} missed] (ttft_p95<=1000ms; probed)"
+    expl = load_explanation(row)  # type: ignore[arg-type]
+    assert expl[0].startswith(f"SLO search ttft_p95<=1000ms (search result, measured probes): the limit lies in "
+                              f"the bracket [r{met:g} met, r{missed:g} missed]; stopped: tolerance")
+
+    from quantrack.arms import Arm
+    from quantrack.run.narrate import say_sweep
+
+    lines: list[str] = []
+    say_sweep(lines.append, Arm(name="a"), SweepResult("vllm", "http://h", "m", 16, 4, slo_search=s))
+    assert lines == [f"[a] SLO search ttft_p95<=1000ms (measured probes, {s['n_probes']} of at most 11, x2 each): "
+                     f"bracket [r{met:g} met, r{missed:g} missed]; stopped: {s['stop_text']}"]
+
+
+def test_sweep_render_shows_the_bracket_and_every_probe_with_its_spread() -> None:
+    from quantrack.cli.sweep import _render_probe_search
+
+    s = _searched()
+    text = "\n".join(_render_probe_search(s))
+    assert text.startswith(f"SLO search ttft_p95<=1000ms (search result, measured probes): bracket "
+                           f"[r{s['met']:g} met, r{s['missed']:g} missed]")
+    assert text.count("  probe r") == s["n_probes"] and "(repeats " in text and "misses" in text
+    assert "range r0.5-r64, tolerance 0.1, 2 repeats per probe" in text
