@@ -214,8 +214,8 @@ def test_the_bracket_reaches_the_record_compare_judge_and_narration() -> None:
 
     lines: list[str] = []
     say_sweep(lines.append, Arm(name="a"), SweepResult("vllm", "http://h", "m", 16, 4, slo_search=s))
-    assert lines == [f"[a] SLO search ttft_p95<=1000ms (measured probes, {s['n_probes']} of at most 11, x2 each): "
-                     f"bracket [r{met:g} met, r{missed:g} missed]; stopped: {s['stop_text']}"]
+    assert lines == [(f"[a] SLO search ttft_p95<=1000ms (measured probes, {s['n_probes']} of at most 11, x2 each): "
+                     f"bracket [r{met:g} met, r{missed:g} missed]; stopped: {s['stop_text']}")]
 
 
 def test_sweep_render_shows_the_bracket_and_every_probe_with_its_spread() -> None:
