@@ -6,7 +6,8 @@ The search (:func:`probe_search`) has two phases, both of measured probes:
 1. **ascent**: probe the range's low end, then double (capped at the high end) until a probe misses, a probe is
    over-saturated, or the high end meets. Low end misses: stop, *never met* (the limit is below the range). High end
    meets: stop, *top of range* (the limit is at least the high end).
-2. **bisection** between the highest level that met and the lowest that missed, at their geometric midpoint, until
+2. **bisection** between the highest level that met and the lowest that missed, at their geometric midpoint
+   (rates rounded to 3 significant digits when that stays strictly inside), until
    ``(missed - met) / missed <= tolerance`` (concurrency: also when the two are adjacent integers).
 
 A probe is measured ``repeats`` times; its verdict is the criterion on the pooled requests of its repeats, and
@@ -194,6 +195,10 @@ def _midpoint(met: float, missed: float, spec: ProbeSpec) -> float:
     if spec.integer:
         mid = float(math.floor(mid))
         return mid if met < mid < missed else float(met + 1)
+    for digits in (3, 4, 5, 6):  # a readable level name (r0.595, not r0.594604), still strictly inside
+        short = float(f"{mid:.{digits}g}")
+        if met < short < missed:
+            return short
     return round(mid, 6)
 
 
