@@ -160,6 +160,10 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
         rec.param(Param.SWEEP_REPEATS, study.sweep.repeats)
         rec.param(Param.SWEEP_DATASET, study.sweep.dataset)
         rec.param(Param.SWEEP_RANGE_RATIO, study.sweep.range_ratio)
+    if study.sweep.search_mode != "measured":
+        sw = study.sweep
+        rec.param(Param.SWEEP_SLO_SEARCH_PROBE, f"{sw.search_mode} {sw.search_range}, tolerance "
+                  f"{sw.search_tolerance:g}, x{sw.search_repeats}")
     if study.eval.task:
         rec.param(Param.EVAL_TASK, study.eval.task)
         rec.param(Param.EVAL_NUM_QUESTIONS, study.eval.num_questions)

@@ -121,6 +121,7 @@ class Param:
     SWEEP_REPEATS = "sweep_repeats"
     SWEEP_DATASET = "sweep_dataset"  # random | gsm8k
     SWEEP_RANGE_RATIO = "sweep_range_ratio"
+    SWEEP_SLO_SEARCH_PROBE = "sweep_slo_search_probe"  # the probe search asked: "rate 0.5:64, tolerance 0.1, x2"
     TP = "tp"
     WEIGHTS = "weights"
     # a Ray fleet's runs (quantrack.fleet.ray_runner)

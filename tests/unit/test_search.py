@@ -227,3 +227,23 @@ def test_sweep_render_shows_the_bracket_and_every_probe_with_its_spread() -> Non
                            f"[r{s['met']:g} met, r{s['missed']:g} missed]")
     assert text.count("  probe r") == s["n_probes"] and "(repeats " in text and "misses" in text
     assert "range r0.5-r64, tolerance 0.1, 2 repeats per probe" in text
+
+
+def test_a_study_with_a_probe_search_records_what_it_asked(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from quantrack.measure.sweep import load_options
+    from quantrack.run.outcome import ArmOutcome
+    from quantrack.run.record import _params
+    from quantrack.store.records import RunRecord
+    from quantrack.study import load_study
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "cpu-smollm2.toml").read_text(encoding="utf-8")
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(text.replace("concurrency = [1, 2, 4]", 'slo_search = "ttft_p95<=1s"\nsearch_mode = '
+                                      '"rate"\nsearch_range = "0.5:4"\nsearch_repeats = 3'), encoding="utf-8")
+    study = load_study(study_file)
+    assert load_options(study.sweep).probe == ProbeSpec("rate", 0.5, 4.0, 0.1, 3)
+    rec = RunRecord(experiment="x", run_name="a")
+    _params(rec, study, ArmOutcome(arm=study.arms[0]))
+    assert rec.params["sweep_slo_search_probe"] == "rate 0.5:4, tolerance 0.1, x3"
