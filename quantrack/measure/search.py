@@ -261,6 +261,24 @@ def probe_search(criterion: LevelCriterion, spec: ProbeSpec, measure: Callable[[
                                                                 missed - met <= 1 else ""))
         else:
             stop, text = "probe_bound", f"the probe bound ({bound}) was reached before the tolerance"
+    return _result(criterion, spec, tr, met, missed, stop, text, ascent_stop)
+
+
+def interrupted_result(criterion: LevelCriterion, spec: ProbeSpec, trace: SearchTrace) -> dict[str, Any]:
+    """What an interrupted search had measured: the bracket its finished probes give (highest met below the
+    lowest miss), labelled ``interrupted``, not narrowed to the tolerance."""
+    misses = [p.level for p in trace.probes if not p.meets]
+    missed = min(misses) if misses else None
+    mets = [p.level for p in trace.probes if p.meets and (missed is None or p.level < missed)]
+    met = max(mets) if mets else None
+    text = (f"interrupted after {len(trace.probes)} finished probes: the bracket is what they measured, not "
+            "narrowed to the tolerance")
+    return _result(criterion, spec, trace, met, missed, "interrupted", text, "interrupted")
+
+
+def _result(criterion: LevelCriterion, spec: ProbeSpec, tr: SearchTrace, met: float | None, missed: float | None,
+            stop: str, text: str, ascent_stop: str | None) -> dict[str, Any]:
+    bound = probe_bound(spec)
     saturated = [_name(p.level, spec) for p in tr.probes if p.saturated]
     return {
         "criterion": criterion.text, "method": "probe", "mode": spec.mode, "kind": "search result (measured probes)",
@@ -281,9 +299,11 @@ def probe_search(criterion: LevelCriterion, spec: ProbeSpec, measure: Callable[[
 def bracket_text(s: Mapping[str, Any]) -> str:
     """``r4 met, r4.5 missed`` style text of a probe search's answer (never a point without its bracket)."""
     unit = "c" if s.get("mode") == "concurrency" else "r"
-    met = f"{unit}{s['met']:g}" if s.get("met") is not None else f"none (below {unit}{s['range'][0]:g})"
+    cut = s.get("stop") == "interrupted"
+    met = (f"{unit}{s['met']:g}" if s.get("met") is not None else
+           "none measured" if cut else f"none (below {unit}{s['range'][0]:g})")
     missed = (f"{unit}{s['missed']:g}" if s.get("missed") is not None else
-              f"none up to {unit}{s['range'][1]:g}")
+              "none measured" if cut else f"none up to {unit}{s['range'][1]:g}")
     return f"[{met} met, {missed} missed]"
 
 

@@ -67,7 +67,14 @@ from quantrack.measure.load import (
     search_result,
 )
 from quantrack.measure.prompts import PromptSet
-from quantrack.measure.search import ProbeSpec, completion_rate, outcome_from_row, probe_search
+from quantrack.measure.search import (
+    ProbeSpec,
+    SearchTrace,
+    completion_rate,
+    interrupted_result,
+    outcome_from_row,
+    probe_search,
+)
 from quantrack.measure.stats import percentile, summarize
 from quantrack.measure.workloads import WORKLOADS, Workload, follow_up_prompt, scaled_offsets
 
@@ -899,9 +906,15 @@ def _probe(result: SweepResult, opts: LoadOptions, lv: _Levels) -> None:
         row = lv.measure(level, search=True, repeats=spec.repeats)
         return outcome_from_row(crit, row, x, spec.margin)
 
-    result.slo_search = probe_search(crit, spec, measure)
-    result.rows.sort(key=lambda r: (r.get("mode") != "concurrency",
-                                    float(r.get("rate" if r.get("mode") == "rate" else "concurrency") or 0)))
+    trace = SearchTrace()
+    try:
+        result.slo_search = probe_search(crit, spec, measure, trace)
+    except KeyboardInterrupt:  # the finished probes' bracket, labelled interrupted; the interrupt goes on
+        result.slo_search = interrupted_result(crit, spec, trace)
+        raise
+    finally:
+        result.rows.sort(key=lambda r: (r.get("mode") != "concurrency",
+                                        float(r.get("rate" if r.get("mode") == "rate" else "concurrency") or 0)))
 
 
 def _level_name(level: Level) -> str:

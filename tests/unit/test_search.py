@@ -247,3 +247,24 @@ def test_a_study_with_a_probe_search_records_what_it_asked(tmp_path: Any) -> Non
     rec = RunRecord(experiment="x", run_name="a")
     _params(rec, study, ArmOutcome(arm=study.arms[0]))
     assert rec.params["sweep_slo_search_probe"] == "rate 0.5:4, tolerance 0.1, x3"
+
+
+def test_an_interrupted_search_keeps_the_bracket_its_finished_probes_measured() -> None:
+    from quantrack.measure.search import SearchTrace, interrupted_result
+
+    spec = ProbeSpec("rate", 0.5, 64.0, tolerance=0.1, repeats=2)
+    sim = SimServer(7.7, 2)
+    inner = sim.measure(spec)
+
+    def measure(x: float) -> Any:
+        if len(sim.probed) == 6:
+            raise KeyboardInterrupt
+        return inner(x)
+
+    trace = SearchTrace()
+    with pytest.raises(KeyboardInterrupt):
+        probe_search(CRIT, spec, measure, trace)
+    s = interrupted_result(CRIT, spec, trace)
+    assert s["stop"] == "interrupted" and s["n_probes"] == 6 and s["met"] == 8.0 and s["missed"] == 16.0
+    assert bracket_text(s) == "[r8 met, r16 missed]"
+    assert bracket_text(interrupted_result(CRIT, spec, SearchTrace())) == "[none measured met, none measured missed]"
