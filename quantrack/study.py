@@ -122,7 +122,17 @@ class SweepSpec:
     goodput: str | None = setting(default=None, help="Per-request SLOs in ms for goodput, e.g. 'ttft:500,tpot:50'.",
                                   nonempty=True)
     slo_search: str | None = setting(default=None, help="Find the highest level meeting an SLO such as "
-                                     "'tpot_p95<=50ms' (bisection between measured levels).", nonempty=True)
+                                     "'tpot_p95<=50ms' (search_mode measured: bisection between measured "
+                                     "levels; rate / concurrency: probes new levels).", nonempty=True)
+    search_mode: str = setting(default="measured", help="SLO search: measured (bisect between the measured levels, "
+                               "at most 3 more), rate or concurrency (probe new levels over search_range: "
+                               "docs/load.md).", choices=("measured", "rate", "concurrency"))
+    search_range: str | None = setting(default=None, help="Probe search: LOW:HIGH levels allowed, e.g. '0.5:64' "
+                                       "(requests/s) or '1:256' (concurrency).", nonempty=True)
+    search_tolerance: float = setting(default=0.1, help="Probe search: stop when (missed - met) / missed is at "
+                                      "most this.", ge=0.001, le=0.99)
+    search_repeats: int = setting(default=2, help="Probe search: times each probe is measured (its spread shown).",
+                                  ge=1, le=10)
     repeats: int = setting(default=1, help="Times each level is measured (mean and 95% t-interval when > 1).",
                            ge=1, le=100)
     scrape: bool = setting(default=True, help="Scrape the server's /metrics during each level.")
@@ -427,10 +437,13 @@ def _check_sweep_load(sw: SweepSpec, input_tokens: int) -> None:
 
     if sw.goodput is not None:
         parse_request_slo(sw.goodput, "[sweep] goodput")
-    if sw.slo_search is not None:
-        parse_criterion(sw.slo_search, "[sweep] slo_search")
-        if sw.concurrency and sw.rates:
-            raise BadInput("[sweep] slo_search bisects one kind of level: give concurrency or rates, not both")
+    from quantrack.measure.search import probe_spec
+
+    crit = parse_criterion(sw.slo_search, "[sweep] slo_search") if sw.slo_search is not None else None
+    probe = probe_spec(sw.search_mode, sw.search_range, sw.search_tolerance, sw.search_repeats, criterion=crit,
+                       prefix="[sweep] ")
+    if crit is not None and probe is None and sw.concurrency and sw.rates:
+        raise BadInput("[sweep] slo_search bisects one kind of level: give concurrency or rates, not both")
     if sw.dataset not in ("random", "gsm8k") or sw.lengths or sw.trace:
         from quantrack.measure.sweep import load_options, workload_files
 

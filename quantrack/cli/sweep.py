@@ -24,7 +24,11 @@ sent at R/s on a seeded Poisson (or --arrival constant) schedule, at most
 against --goodput SLOs, the engine's own /metrics (KV usage, running/waiting,
 preemptions, prefix-cache hits), failures; --repeats N gives a mean and 95% interval.
 --slo-search bisects between the measured levels for the highest one meeting an SLO
-(the answer is always a measured level).
+(the answer is always a measured level); with --search-mode rate (or concurrency) it
+probes new levels over --search-range LOW:HIGH instead: doubling from LOW until a miss,
+then bisecting until the bracket is within --search-tolerance, each probe measured
+--search-repeats times; the answer is a bracket [highest met, lowest missed]
+(docs/load.md).
 
 \b
 Workloads (--dataset; docs/workloads.md):
@@ -48,6 +52,8 @@ Examples:
   quantrack sweep --engine vllm --base-url http://127.0.0.1:8000 --concurrency 1,4,16,64 --save fp8.json
   quantrack sweep --engine vllm --base-url URL --rate 1,2,4,8 --goodput ttft:500,tpot:50
   quantrack sweep --engine vllm --base-url URL --concurrency 1,64 --slo-search 'tpot_p95<=50ms'
+  quantrack sweep --engine vllm --base-url URL --slo-search 'ttft_p95<=1000ms' --search-mode rate
+      --search-range 0.5:64 --search-tolerance 0.1 --search-repeats 2
   quantrack sweep --plot bf16.json fp8.json --out speedup.png
 """
 
@@ -64,6 +70,10 @@ Examples:
 @setting_option(SweepSpec, "goodput", help="Per-request SLOs in ms, e.g. ttft:500,tpot:50,e2el:10000 "
                 "(the grammar of vllm bench serve --goodput).")
 @setting_option(SweepSpec, "slo_search")
+@setting_option(SweepSpec, "search_mode")
+@setting_option(SweepSpec, "search_range")
+@setting_option(SweepSpec, "search_tolerance")
+@setting_option(SweepSpec, "search_repeats")
 @setting_option(SweepSpec, "repeats")
 @setting_option(SweepSpec, "dataset", "--dataset-name")
 @setting_option(SweepSpec, "range_ratio")
@@ -104,6 +114,10 @@ def sweep(
     max_concurrency: int,
     goodput: str | None,
     slo_search: str | None,
+    search_mode: str,
+    search_range: str | None,
+    search_tolerance: float,
+    search_repeats: int,
     repeats: int,
     dataset: str,
     range_ratio: float,
@@ -150,12 +164,15 @@ def sweep(
 
     from quantrack.interrupts import Interrupted
     from quantrack.measure.load import parse_criterion, parse_request_slo
+    from quantrack.measure.search import probe_spec
     from quantrack.measure.sweep import LoadOptions, run_sweep
 
-    levels = list(concurrency) if concurrency is not None else ([] if rates else [1, 4, 16, 64])
+    criterion = parse_criterion(slo_search) if slo_search else None
+    probe = probe_spec(search_mode, search_range, search_tolerance, search_repeats, criterion=criterion)
+    levels = list(concurrency) if concurrency is not None else ([] if rates or probe else [1, 4, 16, 64])
     load = LoadOptions(arrival=arrival, seed=seed, max_concurrency=max_concurrency or None,
                        slo=parse_request_slo(goodput) if goodput else None, repeats=repeats, scrape=not no_scrape,
-                       search=parse_criterion(slo_search) if slo_search else None, dataset=dataset,
+                       search=criterion, probe=probe, dataset=dataset,
                        range_ratio=range_ratio, prefix_groups=prefix_groups, prefix_tokens=prefix_tokens,
                        turns=turns, lengths=lengths, trace=trace, keep_sent=save is not None)
     try:
@@ -271,7 +288,9 @@ def _render_sweep(data: dict[str, Any]) -> str:
     for why in sorted(unknown):
         lines.append(f"prefix hit unknown: {why}")
     s_ = data.get("slo_search")
-    if s_:
+    if s_ and s_.get("method") == "probe":
+        lines.extend(_render_probe_search(s_))
+    elif s_:
         lines.append(f"SLO search {s_['criterion']}: highest measured {s_['mode']} meeting it: "
                      f"{s_['limit'] if s_['limit'] is not None else 'none'}"
                      + (f"; first miss {s_['first_miss']}" if s_.get("first_miss") is not None else
@@ -283,6 +302,28 @@ def _render_sweep(data: dict[str, Any]) -> str:
         lines.append("INTERRUPTED: levels after the last row were not measured")
     lines.append("formulas: " + "; ".join(data["formulas"][k] for k in ("output_tok_s", "wall_s", "tpot")))
     return "\n".join(lines)
+
+
+def _render_probe_search(s: dict[str, Any]) -> list[str]:
+    """The probing search's answer: its bracket first (never a point without it), then every probe."""
+    from quantrack.measure.search import bracket_text
+
+    unit = "c" if s["mode"] == "concurrency" else "r"
+    lines = [f"SLO search {s['criterion']} (search result, measured probes): bracket {bracket_text(s)}",
+             f"  stopped: {s['stop_text']}; ascent: {s['ascent_stop']}",
+             (f"  range {unit}{s['range'][0]:g}-{unit}{s['range'][1]:g}, tolerance {s['tolerance']:g}, "
+             f"{s['repeats']} repeats per probe, {s['n_probes']} probes (bound {s['probe_bound']}); "
+             f"over-saturation: {s['saturation_rule']}")]
+    for p in s["probes"]:
+        sp = p.get("spread_ms")
+        spread = f" (repeats {sp[0]:.1f}–{sp[1]:.1f})" if sp and len(p.get("repeats_ms") or []) > 1 else ""
+        val = f"{p['value_ms']:.1f} ms{spread}" if p.get("value_ms") is not None else f"unknown: {p.get('why')}"
+        verdict = "meets" if p["meets"] else ("misses: over-saturated, " + p["saturated"] if p.get("saturated")
+                                              else "misses")
+        lines.append(f"  probe {unit}{p['level']:g}: {val}: {verdict}"
+                     + ("; its repeats disagree" if p.get("repeats_disagree") else ""))
+    lines.append("  * = measured by the search (each probe is a level above)")
+    return lines
 
 
 def _render_points(points: list[dict[str, Any]], label_a: str, label_b: str) -> str:

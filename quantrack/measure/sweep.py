@@ -67,6 +67,14 @@ from quantrack.measure.load import (
     search_result,
 )
 from quantrack.measure.prompts import PromptSet
+from quantrack.measure.search import (
+    ProbeSpec,
+    SearchTrace,
+    completion_rate,
+    interrupted_result,
+    outcome_from_row,
+    probe_search,
+)
 from quantrack.measure.stats import percentile, summarize
 from quantrack.measure.workloads import WORKLOADS, Workload, follow_up_prompt, scaled_offsets
 
@@ -77,13 +85,14 @@ SWEEP_FORMULAS = {
     "tpot": FORMULAS["tpot"],
     "ttft": FORMULAS["ttft"],
     "achieved_rate": "achieved rate = (requests sent - 1) / (last send - first send)",
+    "completion_rate": "completion rate = (ok requests - 1) / (last finish - first finish)",
     "goodput": "goodput = requests meeting every per-request SLO / level wall time",
     "mean_in_flight": "mean in flight = sum(request e2e) / level wall time",
     "repeats": "with repeats: each figure's mean over the repeats and its 95% Student-t interval",
 }
 # figures of a level that get a mean and interval over repeats
 REPEAT_FIGURES = ("output_tok_s", "request_s", "ttft_p50_ms", "tpot_p50_ms", "tpot_p95_ms", "e2e_p50_ms",
-                  "goodput_request_s", "achieved_rate", "prefix_cache_hit_rate")
+                  "goodput_request_s", "achieved_rate", "completion_rate", "prefix_cache_hit_rate")
 SWEEP_FORMULAS["prefix_cache_hit_rate"] = ("prefix-cache hit rate = cached prompt tokens / prompt tokens over the "
                                            "level (engine /metrics counter increases, else the per-request counts "
                                            "the server reported)")
@@ -186,6 +195,7 @@ def level_row(concurrency: int | None, samples: list[StreamSample], wall_s: floa
         row["rate"] = rate
         row["max_concurrency"] = max_concurrency
         row["achieved_rate"] = achieved_rate(sent_at or [])
+        row["completion_rate"] = completion_rate([s.t_start + s.e2e for s in ok if s.e2e is not None])
         row["dispatch_lag_ms"] = ({"p50": percentile(lag_s, 50) * 1000, "p99": percentile(lag_s, 99) * 1000,
                                    "max": max(lag_s) * 1000} if lag_s else None)
     if slo is not None:
@@ -218,7 +228,8 @@ def merge_repeats(runs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[st
             row[k] = st["mean"]
     row["repeats"] = len(runs)
     row["repeat_stats"] = stats
-    row["runs"] = [{k: r.get(k) for k in (*REPEAT_FIGURES, "wall_s", "requests", "n_ok")}
+    row["runs"] = [{k: r.get(k) for k in (*REPEAT_FIGURES, "wall_s", "requests", "n_ok", "mode", "rate",
+                                          "dispatch_lag_ms", "ttft_ms", "tpot_ms", "e2e_ms")}
                    for r in runs]
     return row
 
@@ -247,7 +258,8 @@ class LoadOptions:
     scrape: bool = True
     scrape_interval_s: float = 0.5
     search: LevelCriterion | None = None
-    search_levels: int = 3  # extra levels the SLO search may measure
+    search_levels: int = 3  # extra levels the SLO search may measure (measured mode)
+    probe: ProbeSpec | None = None  # the SLO search probes new levels (quantrack.measure.search)
     keep_samples: bool = False  # each row keeps its per-request samples (bench/parity_vllm_bench.py)
     dataset: str = "random"  # random | gsm8k | the workloads of quantrack.measure.workloads
     range_ratio: float = 0.0  # random: lengths uniform in [L(1-r), L(1+r)] (vllm bench serve --random-range-ratio)
@@ -263,6 +275,8 @@ class LoadOptions:
                "slo": self.slo.to_dict() if self.slo else None, "repeats": self.repeats, "scrape": self.scrape,
                "search": self.search.text if self.search else None, "dataset": self.dataset,
                "range_ratio": self.range_ratio}
+        if self.probe is not None:
+            out["search_probe"] = self.probe.to_dict()
         if self.dataset == "shared-prefix":
             out.update(prefix_groups=self.prefix_groups, prefix_tokens=self.prefix_tokens)
         elif self.dataset == "multi-turn":
@@ -498,7 +512,9 @@ def run_sweep(
                         result.warmup_errors.append(s.error or "unknown")
             for level in levels:
                 lv.measure(level)
-            if opts.search is not None:
+            if opts.search is not None and opts.probe is not None:
+                _probe(result, opts, lv)
+            elif opts.search is not None:
                 _search(result, lv.measured, opts, lv.measure, by_rate=bool(rates))
         except KeyboardInterrupt as exc:  # never swallowed: the caller decides; what was measured goes with it
             result.interrupted = True
@@ -544,7 +560,7 @@ class _Levels:
         return (default_requests(level.concurrency) if level.concurrency is not None
                 else default_rate_requests(level.rate or 1.0))
 
-    def measure(self, level: Level, search: bool = False) -> dict[str, Any]:
+    def measure(self, level: Level, search: bool = False, repeats: int | None = None) -> dict[str, Any]:
         """One level, each of its repeats in turn; kept (``keep``) once its last repeat's requests all came back.
 
         An interrupt that lands after that (the level's "k/k" said, its row not built or not kept yet) keeps the
@@ -554,7 +570,8 @@ class _Levels:
         self.current = level
         runs: list[_Repeat] = []
         whole: dict[str, Any] | None = None
-        for rep in range(opts.repeats):
+        n_rep = repeats or opts.repeats
+        for rep in range(n_rep):
             wseed = opts.seed + 7919 * rep + len(r.rows)
             ps, lens, wl = _plan_level(self.sync, r.engine, r.model, n, r.input_tokens, r.output_tokens, self.chat,
                                        self.offset, opts, wseed, self.files, level)
@@ -563,7 +580,7 @@ class _Levels:
             sent_log: list[Sent] = []
             box: list[_Sender] = []
             got: tuple[Any, ...] | None = None
-            last = rep == opts.repeats - 1
+            last = rep == n_rep - 1
             cpu0 = time.process_time()
             try:
                 got = asyncio_run(_level(
@@ -649,13 +666,13 @@ def _plan_level(sync: HttpStreamClient, engine: str, model: str | None, n: int, 
 
 def _check_levels(concurrency: list[int], rates: list[float], requests_per_level: int | None,
                   opts: LoadOptions) -> None:
-    if not concurrency and not rates:
+    if not concurrency and not rates and opts.probe is None:
         raise BadInput("give --concurrency levels or --rate levels (requests/s)")
     if any(c < 1 for c in concurrency):
         raise BadInput(f"--concurrency levels must be >= 1 (got {concurrency})")
     if any(not (isinstance(r, (int, float)) and r > 0 and r < 1e6) for r in rates):
         raise BadInput(f"--rate levels must be requests/s > 0 and < 1e6 (got {rates})")
-    if concurrency and rates and opts.search is not None:
+    if concurrency and rates and opts.search is not None and opts.probe is None:
         raise BadInput("--slo-search bisects one kind of level: give --concurrency or --rate, not both")
     if requests_per_level is not None and requests_per_level < 1:
         raise BadInput(f"--requests must be >= 1 (got {requests_per_level})")
@@ -841,11 +858,14 @@ def prefix_cache_figure(samples: list[StreamSample], scraped: dict[str, Any] | N
 def load_options(sw: Any) -> LoadOptions:
     """LoadOptions from a study's [sweep] table (``quantrack.study.SweepSpec``); the strings parsed here."""
     from quantrack.measure.load import parse_criterion, parse_request_slo
+    from quantrack.measure.search import probe_spec
 
+    search = parse_criterion(sw.slo_search, "[sweep] slo_search") if sw.slo_search else None
+    probe = probe_spec(sw.search_mode, sw.search_range, sw.search_tolerance, sw.search_repeats, criterion=search,
+                       prefix="[sweep] ")
     return LoadOptions(arrival=sw.arrival, seed=sw.seed, max_concurrency=sw.max_concurrency or None,
                        slo=parse_request_slo(sw.goodput, "[sweep] goodput") if sw.goodput else None,
-                       repeats=sw.repeats, scrape=sw.scrape,
-                       search=parse_criterion(sw.slo_search, "[sweep] slo_search") if sw.slo_search else None,
+                       repeats=sw.repeats, scrape=sw.scrape, search=search, probe=probe,
                        dataset=sw.dataset, range_ratio=sw.range_ratio, prefix_groups=sw.prefix_groups,
                        prefix_tokens=sw.prefix_tokens, turns=sw.turns, lengths=sw.lengths, trace=sw.trace)
 
@@ -874,6 +894,27 @@ def _search(result: SweepResult, measured: dict[float, dict[str, Any]], opts: Lo
     result.rows.sort(key=lambda r: float(r.get("rate" if by_rate else "concurrency") or 0))
     v, vals = verdicts()
     result.slo_search = search_result(crit, v, vals, mode)
+
+
+def _probe(result: SweepResult, opts: LoadOptions, lv: _Levels) -> None:
+    """The SLO search that measures: each probe a level of the sweep (kept and handed on like the others)."""
+    crit, spec = opts.search, opts.probe
+    assert crit is not None and spec is not None
+
+    def measure(x: float) -> Any:
+        level = Level(rate=x) if spec.mode == "rate" else Level(concurrency=int(x))
+        row = lv.measure(level, search=True, repeats=spec.repeats)
+        return outcome_from_row(crit, row, x, spec.margin)
+
+    trace = SearchTrace()
+    try:
+        result.slo_search = probe_search(crit, spec, measure, trace)
+    except KeyboardInterrupt:  # the finished probes' bracket, labelled interrupted; the interrupt goes on
+        result.slo_search = interrupted_result(crit, spec, trace)
+        raise
+    finally:
+        result.rows.sort(key=lambda r: (r.get("mode") != "concurrency",
+                                        float(r.get("rate" if r.get("mode") == "rate" else "concurrency") or 0)))
 
 
 def _level_name(level: Level) -> str:

@@ -488,8 +488,12 @@ def load_cells(run: RunRow | ArmRun) -> tuple[dict[str, str], dict[str, dict[str
     if crit:
         unit = "c" if r.tags.get(Tag.SLO_SEARCH_MODE) == "concurrency" else "r"
         miss = r.tags.get(Tag.SLO_SEARCH_FIRST_MISS)
-        slo = (f"{unit}{lim:g}" if lim is not None else "none") + f" ({crit}; first miss " \
-            f"{(unit + miss) if miss and miss != 'none' else 'none'})"
+        if r.tags.get(Tag.SLO_SEARCH_METHOD) == "probe":  # a search result: the bracket, never a point alone
+            slo = (f"[{unit}{lim:g} met" if lim is not None else "[none met") + ", " + \
+                (f"{unit}{miss} missed]" if miss and miss != "none" else "none missed]") + f" ({crit}; probed)"
+        else:
+            slo = (f"{unit}{lim:g}" if lim is not None else "none") + f" ({crit}; first miss " \
+                f"{(unit + miss) if miss and miss != 'none' else 'none'})"
     else:
         slo = "— (no slo_search)"
     hit = figs.get("engine_prefix_hit_rate")

@@ -489,7 +489,14 @@ def load_explanation(r: RunRow) -> list[str]:
 
     out: list[str] = []
     crit = r.tags.get(Tag.SLO_SEARCH)
-    if crit:
+    if crit and r.tags.get(Tag.SLO_SEARCH_METHOD) == "probe":
+        unit = "c" if r.tags.get(Tag.SLO_SEARCH_MODE) == "concurrency" else "r"
+        lim, miss = r.metrics.get(SWEEP_SLO_LIMIT), r.tags.get(Tag.SLO_SEARCH_FIRST_MISS)
+        met = f"{unit}{lim:g}" if lim is not None else "none"
+        missed = f"{unit}{miss}" if miss and miss != "none" else "none"
+        out.append(f"SLO search {crit} (search result, measured probes): the limit lies in the bracket [{met} met, "
+                   f"{missed} missed]; stopped: {r.tags.get(Tag.SLO_SEARCH_STOP) or 'unknown (not recorded)'}")
+    elif crit:
         unit = "c" if r.tags.get(Tag.SLO_SEARCH_MODE) == "concurrency" else "r"
         lim, miss = r.metrics.get(SWEEP_SLO_LIMIT), r.tags.get(Tag.SLO_SEARCH_FIRST_MISS)
         where = f"{unit}{lim:g}" if lim is not None else "no measured level"

@@ -73,7 +73,12 @@ def say_sweep(say: Progress, arm: Arm, sweep: SweepResult, seconds: float | None
     if cells:
         say(f"[{arm.name}] sweep: output throughput {', '.join(cells)} (measured){took(seconds)}")
     s = sweep.slo_search
-    if s:
+    if s and s.get("method") == "probe":
+        from quantrack.measure.search import bracket_text
+
+        say(f"[{arm.name}] SLO search {s['criterion']} (measured probes, {s['n_probes']} of at most "
+            f"{s['probe_bound']}, x{s['repeats']} each): bracket {bracket_text(s)}; stopped: {s['stop_text']}")
+    elif s:
         say(f"[{arm.name}] SLO search {s['criterion']}: highest measured {s['mode']} meeting it "
             f"{s['limit'] if s['limit'] is not None else 'none'}"
             + (f", first miss {s['first_miss']}" if s.get("first_miss") is not None else " (no level missed)"))

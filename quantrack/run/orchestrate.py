@@ -213,10 +213,13 @@ def run_arm(study: Study, arm: Arm, opts: RunOptions, workdir: Path, node: dict[
             _say_contention(say, arm, out, "latency")
             say_latency(say, arm, out.latency, out.step_s.get("latency"))
             _check_measured(out, "latency", out.latency.n_failed, len(out.latency.samples), "latency samples")
-            if study.sweep.concurrency or study.sweep.rates:
+            probing = study.sweep.search_mode != "measured"
+            if study.sweep.concurrency or study.sweep.rates or probing:
                 say(f"[{arm.name}] sweep: " + "; ".join(
                     [f"concurrency {list(study.sweep.concurrency)}"] * bool(study.sweep.concurrency)
-                    + [f"rates {list(study.sweep.rates)}/s ({study.sweep.arrival})"] * bool(study.sweep.rates)))
+                    + [f"rates {list(study.sweep.rates)}/s ({study.sweep.arrival})"] * bool(study.sweep.rates)
+                    + [(f"SLO search {study.sweep.slo_search}: probing {study.sweep.search_mode} over "
+                       f"{study.sweep.search_range}")] * probing))
                 out.sweep = _run_step(out, "sweep", lambda: _sampled(study, out, "sweep", lambda: step_sweep(
                     study, arm, base_url, opts.api_key, say, on_level=lambda so_far: setattr(out, "sweep", so_far))),
                     keep=lambda partial: setattr(out, "sweep", partial))

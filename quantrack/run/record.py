@@ -155,11 +155,15 @@ def _params(rec: RunRecord, study: Study, out: ArmOutcome) -> None:
         rec.param(Param.SWEEP_ARRIVAL, study.sweep.arrival)
         rec.param(Param.SWEEP_SEED, study.sweep.seed)
         rec.param(Param.SWEEP_MAX_CONCURRENCY, study.sweep.max_concurrency or "none")
-    if study.sweep.concurrency or study.sweep.rates:
+    if study.sweep.concurrency or study.sweep.rates or study.sweep.search_mode != "measured":
         rec.param(Param.SWEEP_GOODPUT_SLO, study.sweep.goodput)
         rec.param(Param.SWEEP_REPEATS, study.sweep.repeats)
         rec.param(Param.SWEEP_DATASET, study.sweep.dataset)
         rec.param(Param.SWEEP_RANGE_RATIO, study.sweep.range_ratio)
+    if study.sweep.search_mode != "measured":
+        sw = study.sweep
+        rec.param(Param.SWEEP_SLO_SEARCH_PROBE, f"{sw.search_mode} {sw.search_range}, tolerance "
+                  f"{sw.search_tolerance:g}, x{sw.search_repeats}")
     if study.eval.task:
         rec.param(Param.EVAL_TASK, study.eval.task)
         rec.param(Param.EVAL_NUM_QUESTIONS, study.eval.num_questions)
@@ -488,6 +492,9 @@ def _sweep_metrics(rec: RunRecord, sweep: SweepResult | None) -> None:
         rec.tag(Tag.SLO_SEARCH, s.get("criterion"))
         rec.tag(Tag.SLO_SEARCH_MODE, s.get("mode"))
         rec.tag(Tag.SLO_SEARCH_FIRST_MISS, "none" if s.get("first_miss") is None else f"{s['first_miss']:g}")
+        if s.get("method") == "probe":  # the probing search: its answer is the bracket, and why it stopped
+            rec.tag(Tag.SLO_SEARCH_METHOD, "probe")
+            rec.tag(Tag.SLO_SEARCH_STOP, f"{s.get('stop')}: {s.get('stop_text')}"[:500])
         lim = s.get("limit")
         rec.metric(schema.SWEEP_SLO_LIMIT, float(lim) if isinstance(lim, (int, float)) else None)
 

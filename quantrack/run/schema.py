@@ -121,6 +121,7 @@ class Param:
     SWEEP_REPEATS = "sweep_repeats"
     SWEEP_DATASET = "sweep_dataset"  # random | gsm8k
     SWEEP_RANGE_RATIO = "sweep_range_ratio"
+    SWEEP_SLO_SEARCH_PROBE = "sweep_slo_search_probe"  # the probe search asked: "rate 0.5:64, tolerance 0.1, x2"
     TP = "tp"
     WEIGHTS = "weights"
     # a Ray fleet's runs (quantrack.fleet.ray_runner)
@@ -223,6 +224,8 @@ class Tag:
     SLO_SEARCH = "quantrack.sweep_slo_search"  # the criterion the sweep bisected for (tpot_p95<=50ms)
     SLO_SEARCH_MODE = "quantrack.sweep_slo_search_mode"  # concurrency | rate
     SLO_SEARCH_FIRST_MISS = "quantrack.sweep_slo_search_first_miss"  # lowest measured level missing it; "none"
+    SLO_SEARCH_METHOD = "quantrack.sweep_slo_search_method"  # probe (absent: bisection between measured levels)
+    SLO_SEARCH_STOP = "quantrack.sweep_slo_search_stop"  # probe search: tolerance | top_of_range | never_met | ...
     # why the prefix-cache hit rate of the sweep's highest level is unknown (absent when it was measured)
     SWEEP_PREFIX_UNKNOWN = "quantrack.sweep_prefix_cache_unknown"
     SWEEP_DATASET = "quantrack.sweep_dataset"  # the workload the sweep sent (random, shared-prefix, ...)

@@ -140,6 +140,22 @@ STUDY_EDITS: list[tuple[str, tuple[str, str], str]] = [
     ("eval-pool-past-all", ('task = "gsm8k"\nnum_questions = 10 ', 'task = "gsm8k-all"\nnum_questions = 8788 '),
      "the gsm8k-all pool has 8787"),
     ("eval-train-pool-lm-eval", ('task = "gsm8k"', 'task = "gsm8k-train"\nstyle = "lm-eval"'), "style"),
+    # the SLO search that measures (#40): every probe key checked before anything starts
+    ("sweep-search-mode-unknown", ("requests_per_level = 8", 'requests_per_level = 8\nsearch_mode = "binary"'),
+     "search_mode"),
+    ("sweep-search-no-criterion", ("requests_per_level = 8", ('requests_per_level = 8\nsearch_mode = "rate"\n'
+                                   'search_range = "0.5:4"')), "[sweep] search_mode rate needs [sweep] slo_search"),
+    ("sweep-search-no-range", ("requests_per_level = 8", ('requests_per_level = 8\nsearch_mode = "rate"\n'
+                               'slo_search = "ttft_p95<=1s"')), "[sweep] search_mode rate needs [sweep] search_range"),
+    ("sweep-search-range-reversed", ("requests_per_level = 8", ('requests_per_level = 8\nsearch_mode = "rate"\n'
+                                     'slo_search = "ttft_p95<=1s"\nsearch_range = "8:1"')),
+     "[sweep] search_range '8:1': LOW and HIGH"),
+    ("sweep-search-range-measured", ("requests_per_level = 8", 'requests_per_level = 8\nsearch_range = "1:8"'),
+     "[sweep] search_range applies to [sweep] search_mode rate or concurrency"),
+    ("sweep-search-tolerance-1", ("requests_per_level = 8", "requests_per_level = 8\nsearch_tolerance = 1.0"),
+     "search_tolerance"),
+    ("sweep-search-repeats-0", ("requests_per_level = 8", "requests_per_level = 8\nsearch_repeats = 0"),
+     "search_repeats"),
 ]
 # (id, argv, words). Placeholders: {bin} a binary file, {missing} a path that does not exist, {nodir} a
 # path in a folder that does not exist, {file} an existing text file, {study} the CPU study, {garbage} a
@@ -174,6 +190,28 @@ CASES: list[tuple[str, list[str], str]] = [
     ("sweep-prefix-too-long", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--concurrency", "1",
                                "--dataset", "shared-prefix", "--input-tokens", "16", "--prefix-tokens", "16"],
      "--prefix-tokens must be >= 1 and below --input-tokens 16"),
+    # the SLO search that measures (#40)
+    ("sweep-search-mode-unknown", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--slo-search",
+                                   "ttft_p95<=1s", "--search-mode", "binary"], "--search-mode"),
+    ("sweep-search-no-range", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--slo-search",
+                               "ttft_p95<=1s", "--search-mode", "rate"], "--search-mode rate needs --search-range"),
+    ("sweep-search-no-criterion", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--search-mode",
+                                   "rate", "--search-range", "1:4"], "--search-mode rate needs --slo-search"),
+    ("sweep-search-range-bad", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--slo-search",
+                                "ttft_p95<=1s", "--search-mode", "rate", "--search-range", "4:x"],
+     "--search-range '4:x'"),
+    ("sweep-search-range-measured", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--concurrency", "1",
+                                     "--slo-search", "ttft_p95<=1s", "--search-range", "1:4"],
+     "--search-range applies to --search-mode rate or concurrency"),
+    ("sweep-search-tolerance-0", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--slo-search",
+                                  "ttft_p95<=1s", "--search-mode", "rate", "--search-range", "1:4",
+                                  "--search-tolerance", "0"], "--search-tolerance"),
+    ("sweep-search-repeats-0", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--slo-search",
+                                "ttft_p95<=1s", "--search-mode", "rate", "--search-range", "1:4",
+                                "--search-repeats", "0"], "--search-repeats"),
+    ("sweep-search-concurrency-fraction", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--slo-search",
+                                           "ttft_p95<=1s", "--search-mode", "concurrency", "--search-range",
+                                           "1.5:8", "--save", "out.json"], "concurrency levels are whole numbers"),
     ("sweep-turns-0", ["sweep", "--engine", "llamacpp", "--base-url", "{closed}", "--concurrency", "1",
                        "--dataset", "multi-turn", "--turns", "0"], "--turns"),
     # plan / preflight / rules / catalog / logs
