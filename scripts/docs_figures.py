@@ -34,18 +34,20 @@ from quantrack.accuracy.budget import fixed_verdict
 from quantrack.accuracy.paired import compare_runs
 from quantrack.accuracy.stats import PairedComparison
 from quantrack.report.armrun import ArmRun, arm_set, as_arm_runs, paired_test
-from quantrack.report.claims import p_text, pair_sentence, signed
+from quantrack.report.claims import p_text, pair_sentence, signed, verdict_clause
 from quantrack.store.tracking import load_runs
 
 H200 = "docs/gpu/h200-qwen2.5-coder-1.5b-store.tar.gz"
 BUDGET = "docs/gpu/h200-qwen2.5-coder-1.5b-budget-store.tar.gz"
 CPU_QWEN = "docs/cpu-qwen-store.tar.gz"
 CAPITALS = "docs/cpu-smollm2-capitals-store.tar.gz"
+BUDGET2 = "docs/gpu/h200-qwen2.5-coder-1.5b-budget2-store.tar.gz"  # the second budget lease: store + work files
+HUMANEVAL = "h200-qwen2.5-coder-1.5b-humaneval-vllm"
 # where each store's sqlite database lies once unpacked into <dir>
 DB = {H200: "qt-mlruns/mlflow.db", BUDGET: "qt-mlruns/mlflow.db", CPU_QWEN: "cpu-qwen-store/mlflow.db",
-      CAPITALS: "store/mlflow.db"}
+      CAPITALS: "store/mlflow.db", BUDGET2: "qt-mlruns/mlflow.db"}
 # the folder the docs' commands unpack each store into
-UNPACK = {H200: "h200", BUDGET: "h200-budget", CPU_QWEN: "cpu-qwen", CAPITALS: "cpu-capitals"}
+UNPACK = {H200: "h200", BUDGET: "h200-budget", CPU_QWEN: "cpu-qwen", CAPITALS: "cpu-capitals", BUDGET2: "h200-budget2"}
 BUDGET_1PT = 0.01
 
 
@@ -254,7 +256,63 @@ class Block:
     make: Callable[[Stores], str]
 
 
+def _pool_pair(s: Stores, base: str, arm: str) -> tuple[PairedComparison, object]:
+    """Two work files of the second budget lease, paired, with the sequential 1-point verdict (in the arm's order)."""
+    from quantrack.accuracy.budget import BudgetVerdict
+
+    d = s.dir(BUDGET2) / "work"
+    rep = compare_runs(str(d / base), str(d / arm), budget=BUDGET_1PT, sequential=True)
+    pc = PairedComparison(**{k: v for k, v in rep["comparison"].items() if k in PairedComparison.__annotations__})
+    return pc, BudgetVerdict(**rep["budget"])
+
+
+def h200_budget2(s: Stores) -> str:
+    """FP8 weights and INT8 KV on the 8,787-question pool (the second budget lease), from its work files."""
+    fp8, fp8_v = _pool_pair(s, "wd-ba/bf16-gsm8k.jsonl", "wd-ba/fp8-gsm8k.jsonl")
+    fp8b, fp8b_v = _pool_pair(s, "wd-bb/bf16-gsm8k.jsonl", "wd-ba/fp8-gsm8k.jsonl")
+    kv, kv_v = _pool_pair(s, "wd-bb/bf16-gsm8k.jsonl", "wd-bb/kv-int8-per-token-head-gsm8k.jsonl")
+    floor, floor_v = _pool_pair(s, "wd-ba/bf16-gsm8k.jsonl", "wd-bb/bf16-gsm8k.jsonl")
+    return "\n".join([
+        f"- **FP8 weights** against the bf16 of its own run: {pair_sentence('fp8', 'bf16', fp8, fp8_v)}",  # type: ignore[arg-type]
+        f"- **FP8 weights** against the other run's bf16: {pair_sentence('fp8', 'bf16', fp8b, fp8b_v)}",  # type: ignore[arg-type]
+        (f"- **INT8 KV, a scale per (token, head)**, stopped by its sequential test: "
+         f"{verdict_clause(kv_v)}. The fixed-n figures on the questions it answered "  # type: ignore[arg-type]
+         f"(Δ {signed(kv.delta * 100)} points, 95% interval [{signed(kv.delta_ci_low * 100)}, "
+         f"{signed(kv.delta_ci_high * 100)}], n = {kv.n:,}) are taken at a stopping point the data chose, so they "
+         "are not a valid test of a difference; only the confidence sequence is."),
+        f"- **The floor**, the two bf16 servers: {pair_sentence('the second bf16', 'the first', floor, floor_v)}",  # type: ignore[arg-type]
+        "",
+        (f"(`quantrack eval compare BASE ARM --budget 1pp --sequential` on the work files in `{BUDGET2}`: "
+         "`work/wd-ba/bf16-gsm8k.jsonl`, `work/wd-ba/fp8-gsm8k.jsonl`, `work/wd-bb/bf16-gsm8k.jsonl`, "
+         "`work/wd-bb/kv-int8-per-token-head-gsm8k.jsonl`.)"),
+    ])
+
+
+def h200_humaneval(s: Stores) -> str:
+    """HumanEval pass@1 per arm on the H200 (sandboxed execution), paired with bf16, from the store."""
+    arms = s.arms(BUDGET2, HUMANEVAL)
+    rows = ["| Arm (vLLM 0.25.0, experiment `" + HUMANEVAL + "`) | HumanEval pass@1 (n = 164) | Δ vs bf16, paired "
+            "95% interval | exact McNemar p | 1-point budget (fixed n) |", "|---|---|---|---|---|"]
+    for name in ("bf16", "fp8", "kv-fp8"):
+        r = arms[name]
+        acc = r.accuracy
+        correct = round((acc.accuracy or 0) * (acc.n or 0))
+        cell = f"{(acc.accuracy or 0) * 100:.1f}% ({correct}/{int(acc.n or 0)})"
+        if name == "bf16":
+            rows.append(f"| {name} | {cell} | — (baseline) | — | — |")
+            continue
+        pc = s.paired(BUDGET2, HUMANEVAL, "bf16", name)
+        v = fixed_verdict(pc, BUDGET_1PT)
+        rows.append(f"| {name} | {cell} | {signed(pc.delta * 100)} [{signed(pc.delta_ci_low * 100)}, "
+                    f"{signed(pc.delta_ci_high * 100)}] | {p_text(pc.mcnemar_p)} | {v.verdict} |")
+    return "\n".join(rows)
+
+
 BLOCKS = [
+    Block("h200-budget2", "README.md", h200_budget2),
+    Block("h200-budget2-doc", "docs/gpu/h200-qwen2.5-coder-1.5b-budget.md", h200_budget2),
+    Block("h200-humaneval", "README.md", h200_humaneval),
+    Block("h200-humaneval-doc", "docs/gpu/h200-qwen2.5-coder-1.5b-humaneval.md", h200_humaneval),
     Block("h200-vllm-compare", "README.md", h200_compare),
     Block("h200-verdicts", "README.md", h200_verdicts),
     Block("h200-kv-table", "README.md", h200_kv_table),
