@@ -396,7 +396,9 @@ def build_table(experiment: str, runs: Iterable[RunRow | ArmRun], baseline: str 
             f"Budget: a verdict per arm at 95% (each 'within' or 'exceeds' wrong with probability at most 2.5%); "
             f"{len(judged)} arm(s) judged against one baseline, so all verdicts hold together with probability at "
             f"least {100 - 2.5 * len(judged):g}% (Bonferroni). 'within' on accuracy is not a recommendation: "
-            "an arm with a fallback is marked. '(seq.)': the study's sequential test, stopped when it settled.")
+            "an arm with a fallback is marked. '(seq.)': the study's sequential test, stopped when it settled; "
+            "such an arm's Δ and p are on the questions asked before it stopped, at a point the data chose, so "
+            "they are not a test of a difference (the budget's confidence sequence is).")
     if base_name is None and chosen:
         table.notes.append("no baseline: pass --baseline ARM (no arm is named bf16 or tagged as baseline)")
     table.notes.append("measured: weights, capacity and KV MiB (engine log), TPOT (client), GSM8K (eval), fallback "
