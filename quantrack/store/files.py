@@ -249,7 +249,7 @@ def open_regular_fd(path: str | Path, *, append: bool = False, flag: str | None 
 
 # --- reading a file the user named: only a regular file, never blocking, never unbounded (issue #43) ----------
 
-def _kind_of(mode: int) -> str:
+def file_kind(mode: int) -> str:
     return ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
             else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
             else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
@@ -271,7 +271,7 @@ def open_regular_read(path: str | Path, what: str | None = None) -> IO[bytes]:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise BadInput(f"{where} is not a regular file ({_kind_of(mode)})")
+        raise BadInput(f"{where} is not a regular file ({file_kind(mode)})")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
