@@ -265,3 +265,40 @@ def test_matplotlib_warnings_stay_off_stderr(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     assert r.stdout.strip() == str(tmp_path / "cache" / "matplotlib")
+
+
+# --- a full work folder ------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def full_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real 256 KiB tmpfs filled to the last block (needs mount rights: root in this container; else skipped)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    mount, umount = shutil.which("mount"), shutil.which("umount")
+    if not (mount and umount) or subprocess.run([mount, "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                                                capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with open(mnt / "fill", "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+        yield mnt
+    finally:
+        subprocess.run([umount, str(mnt)], capture_output=True, check=False)
+
+
+def test_a_full_work_folder_names_the_disk_not_an_empty_log(full_disk: Path) -> None:
+    from quantrack.engines.lifecycle import ManagedServer, disk_full_note
+    from quantrack.errors import EngineError
+
+    srv = ManagedServer([sys.executable, "-c", "print('up')"], port=9, log_path=full_disk / "arm-server.log",
+                        name="llama.cpp", startup_timeout=5)
+    with pytest.raises(EngineError) as exc:
+        srv.start()
+    msg = str(exc.value)
+    assert f"cannot start llama.cpp: no space left on the disk holding {full_disk}" in msg
+    assert "(empty log)" not in msg and not srv.running()
+    assert disk_full_note(full_disk.parent) is None  # the test's own folder has room
