@@ -73,20 +73,47 @@ def vllm_definitions(samples: list[dict[str, Any]], dur_s: float) -> dict[str, f
     }
 
 
+def _json_file(path: str | Path, flag: str) -> Any:
+    """A JSON file the user named: a regular file only (a FIFO or /dev/zero is refused, never read), at most
+    64 MiB, finite numbers, nesting the parser survives; every refusal one line (BadArgs)."""
+    from quantrack.errors import QuantrackError
+    from quantrack.store.files import read_regular
+
+    try:
+        raw = read_regular(path, limit=64 * 2**20, what=f"{flag} {path}")
+    except QuantrackError as exc:
+        raise BadArgs(str(exc)) from None
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a number")
+
+    try:
+        return json.loads(raw, parse_constant=no_constant)
+    except RecursionError:
+        raise BadArgs(f"{flag} {path}: not usable JSON (nested too deeply)") from None
+    except UnicodeDecodeError:
+        raise BadArgs(f"{flag} {path}: not JSON (not UTF-8 text)") from None
+    except ValueError as exc:
+        why = str(exc).split(": line ")[0]
+        raise BadArgs(f"{flag} {path}: not JSON ({why})") from None
+
+
 def import_vllm_result(path: str | Path) -> dict[str, Any]:
     """A ``vllm bench serve --save-result`` JSON -> the figures compared (keys as vllm@v0.31.0
     vllm/benchmarks/serve.py:1298-1299 and :1402 write them: output_throughput, median_ttft_ms, median_tpot_ms,
     duration, completed, max_concurrency)."""
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadArgs(f"--vllm-json {path}: cannot read a JSON file ({type(exc).__name__})") from None
+    obj = _json_file(path, "--vllm-json")
     if not isinstance(obj, dict):
         raise BadArgs(f"--vllm-json {path}: not a vllm bench serve --save-result file (not a JSON object)")
     need = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "duration")
-    missing = [k for k in need if not isinstance(obj.get(k), (int, float))]
+    missing = [k for k in need if not isinstance(obj.get(k), (int, float)) or isinstance(obj.get(k), bool)]
     if missing:
         raise BadArgs(f"{path}: not a vllm bench serve --save-result file (missing {', '.join(missing)})")
+    bad = [f"{k} = {obj[k]!r}" for k in need if not (math.isfinite(obj[k]) and obj[k] >= 0)]
+    if not obj["duration"] > 0:
+        bad.append(f"duration = {obj['duration']!r}")
+    if bad:
+        raise BadArgs(f"--vllm-json {path}: {bad[0]} is not a non-negative finite figure (duration > 0)")
     return {"output_tok_s": float(obj["output_throughput"]), "median_ttft_ms": float(obj["median_ttft_ms"]),
             "median_tpot_ms": float(obj["median_tpot_ms"]), "duration_s": float(obj["duration"]),
             "completed": obj.get("completed"), "max_concurrency": obj.get("max_concurrency"),
@@ -212,14 +239,16 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+def run(args: argparse.Namespace, base_url: str, out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure every level; ``out`` (filled as it goes) holds the levels finished when a later one fails."""
     levels = parse_levels(args.concurrency)
     tol = getattr(args, "hit_rate_tolerance", 0.05)
     accept = getattr(args, "accept_unknown_cache", False)
     seed = getattr(args, "seed", None)
     seed = int(time.time()) % 1_000_000 if seed is None else seed
-    out: dict[str, Any] = {"command": " ".join(sys.argv), "reference": args.reference, "hit_rate_tolerance": tol,
-                           "first_seed": seed, "levels": []}
+    out = {} if out is None else out
+    out.update({"command": " ".join(sys.argv), "reference": args.reference, "hit_rate_tolerance": tol,
+                "first_seed": seed, "levels": []})
     jsons = list(args.vllm_json or [])
     t0 = read_metrics(base_url)
     out["prefix_caching_enabled"] = prefix_caching_enabled(t0) if t0 else None
@@ -319,6 +348,14 @@ class _Parser(argparse.ArgumentParser):
         raise BadArgs(message)
 
 
+# bounds (quantrack's own, quantrack.study): one connection per request in flight on Linux's default ephemeral port
+# range; every prompt of a level is built before its first request
+MAX_IN_FLIGHT = 28_232
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 1_048_576  # the longest context any engine here serves (1M tokens)
+MAX_ROUNDS = 1_000
+
+
 def parse_levels(text: str) -> list[int]:
     try:
         levels = [int(x) for x in str(text).split(",")]
@@ -326,12 +363,30 @@ def parse_levels(text: str) -> list[int]:
         raise BadArgs(f"--concurrency: expected comma-separated integers >= 1, got {text!r}") from None
     if not levels or min(levels) < 1:
         raise BadArgs(f"--concurrency: levels must be >= 1, got {text!r}")
+    if max(levels) > MAX_IN_FLIGHT:
+        raise BadArgs(f"--concurrency: at most {MAX_IN_FLIGHT:,} requests in flight (one connection each on the "
+                      f"default Linux ephemeral port range), got {max(levels):,}")
+    if len(set(levels)) != len(levels):
+        raise BadArgs(f"--concurrency: a level is given twice in {text!r}")
     return levels
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Every input checked before the server is asked anything (and the --json path is writable)."""
-    levels = parse_levels(args.concurrency)
+def check_url(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        u.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        raise BadArgs(f"--base-url {url!r}: {exc}") from None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise BadArgs(f"--base-url {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Every number in its range: at least what a measurement needs, at most what can be sent."""
+    bounds = {"requests": MAX_REQUESTS, "input_tokens": MAX_TOKENS, "rounds": MAX_ROUNDS, "parallel": MAX_IN_FLIGHT,
+              "output_tokens": MAX_TOKENS, "compare_requests": MAX_REQUESTS}
     for name in ("requests", "input_tokens", "rounds", "parallel"):
         if getattr(args, name) < 1:
             raise BadArgs(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
@@ -339,10 +394,19 @@ def check_args(args: argparse.Namespace) -> None:
         raise BadArgs(f"--output-tokens must be >= 2: TPOT needs two (got {args.output_tokens})")
     if args.compare_requests < 0:
         raise BadArgs(f"--compare-requests must be >= 0 (got {args.compare_requests})")
+    for name, top in bounds.items():
+        if getattr(args, name) > top:
+            raise BadArgs(f"--{name.replace('_', '-')} must be at most {top:,} (got {getattr(args, name):,})")
     if not (0 <= args.hit_rate_tolerance <= 1):
         raise BadArgs(f"--hit-rate-tolerance must be in [0, 1] (got {args.hit_rate_tolerance})")
-    if args.seed is not None and args.seed < 0:
-        raise BadArgs(f"--seed must be >= 0 (got {args.seed})")
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        raise BadArgs(f"--seed must be in 0..2^32-1 (got {args.seed})")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every input checked before the server is asked anything (and the --json path is writable)."""
+    levels = parse_levels(args.concurrency)
+    check_numbers(args)
     if args.reference == "vllm-json":
         jsons = args.vllm_json or []
         if len(jsons) != len(levels):
@@ -354,23 +418,67 @@ def check_args(args: argparse.Namespace) -> None:
         raise BadArgs("--vllm-json applies to --reference vllm-json")
     if args.reference == "vllm" and not args.model:
         raise BadArgs("--reference vllm needs --model (the name vllm bench serve sends)")
+    if args.reference == "vllm" and shutil.which("vllm") is None:
+        raise BadArgs("--reference vllm: no `vllm` in PATH (pip install vllm, or use --reference vllm-json)")
     if not args.llamacpp and not args.base_url:
         raise BadArgs("give --base-url URL or --llamacpp")
+    if args.llamacpp and args.base_url:
+        raise BadArgs("give --base-url URL or --llamacpp, not both")
+    if args.base_url:
+        check_url(args.base_url)
     if args.json is not None:
         check_writable(args.json)
 
 
 def check_writable(path: Path) -> None:
-    """--json: a file we may write (its folder exists and is writable; not a folder; writable if present)."""
-    import os
+    """--json: a file we may write (its folder exists and is writable; not a folder; writable if present; not a
+    link, a FIFO, a socket or a block device: the result is written at the end, when nobody may read a FIFO; a
+    character device such as /dev/null or /dev/stdout is written through)."""
+    import stat
 
-    parent = path.parent if str(path.parent) else Path(".")
+    from quantrack.errors import QuantrackError
+    from quantrack.store.files import check_writable as writable
+
     if path.is_dir():
         raise BadArgs(f"--json {path}: is a folder, not a file")
-    if not parent.is_dir():
-        raise BadArgs(f"--json {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise BadArgs(f"--json {path}: not writable")
+    if path.exists() and stat.S_ISFIFO(path.stat().st_mode):  # stat, not open: a FIFO is not blocked on
+        raise BadArgs(f"--json {path}: is a FIFO; give a regular file (the result is written when the run ends)")
+    try:
+        writable(path, "--json")
+    except QuantrackError as exc:
+        raise BadArgs(str(exc)) from None
+
+
+def save_result(res: dict[str, Any], path: Path | None, why: str | None = None) -> None:
+    """Write the result to --json; when that fails (or on a failure mid-run), to a fresh file in the temporary
+    folder, named in the one line on stderr: a measurement made is never lost."""
+    import os
+
+    from quantrack.errors import QuantrackError
+    from quantrack.store.files import write_atomic
+
+    text = json.dumps(res, indent=1, default=str) + "\n"
+    problem = why
+    if path is not None:
+        try:
+            write_atomic(path, text)
+            if why is None:
+                return
+            where = str(path)
+        except (QuantrackError, OSError) as exc:
+            problem = f"--json {path}: {exc.strerror if isinstance(exc, OSError) else exc}"
+            path = None
+    if path is None:
+        try:
+            fd, name = tempfile.mkstemp(prefix="parity_vllm_bench-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            where = name
+        except OSError as exc:  # no temporary folder either: the result goes to stdout
+            print(text)
+            where = f"stdout (the temporary folder failed too: {exc.strerror})"
+    print(f"parity_vllm_bench: error: {problem}; the result so far is in {where}", file=sys.stderr)
+    raise SystemExit(2 if why is None else 1)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -402,38 +510,43 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"parity_vllm_bench: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     t0 = time.perf_counter()
-    if args.llamacpp:
-        import os
+    res: dict[str, Any] = {}
+    try:
+        if args.llamacpp:
+            import os
 
-        from quantrack.arms import make_arm
-        from quantrack.engines.lifecycle import server_for_arm
-        from quantrack.models.gguf import fetch_smollm2
+            from quantrack.arms import make_arm
+            from quantrack.engines.lifecycle import server_for_arm
+            from quantrack.models.gguf import fetch_smollm2
 
-        cache = Path(os.environ.get("QUANTRACK_CACHE") or REPO / ".quantrack-cache")
-        gguf = fetch_smollm2(cache)
-        with tempfile.TemporaryDirectory() as d:
-            srv = server_for_arm("llamacpp", str(gguf), make_arm("q4_1", weights="q4_1"), host="127.0.0.1",
-                                 context_len=512 * args.parallel, parallel=args.parallel,
-                                 log_path=Path(d) / "server.log", startup_timeout=180)
-            srv.start()
-            try:
-                res = run(args, str(srv.base_url))
-            finally:
-                srv.stop()
-    else:
-        res = run(args, args.base_url)
+            cache = Path(os.environ.get("QUANTRACK_CACHE") or REPO / ".quantrack-cache")
+            gguf = fetch_smollm2(cache)
+            with tempfile.TemporaryDirectory() as d:
+                srv = server_for_arm("llamacpp", str(gguf), make_arm("q4_1", weights="q4_1"), host="127.0.0.1",
+                                     context_len=512 * args.parallel, parallel=args.parallel,
+                                     log_path=Path(d) / "server.log", startup_timeout=180)
+                srv.start()
+                try:
+                    run(args, str(srv.base_url), res)
+                finally:
+                    srv.stop()
+        else:
+            run(args, args.base_url, res)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - whatever stops it, the levels done are kept
+        res["seconds"] = round(time.perf_counter() - t0, 1)
+        res["stopped_by"] = f"{type(exc).__name__}: {exc}"
+        done = len(res.get("levels", []))
+        save_result(res, args.json, f"stopped after {done} finished level(s): {_one_line(exc)}")
     res["seconds"] = round(time.perf_counter() - t0, 1)
     print(render(res))
     if args.json:
-        text = json.dumps(res, indent=1, default=str) + "\n"
-        try:
-            args.json.write_text(text, encoding="utf-8")
-        except OSError as exc:  # checked before measuring, but never lose the measurement: it goes to stdout
-            print(text)
-            print(f"parity_vllm_bench: error: --json {args.json}: {exc.strerror}; the result is printed above",
-                  file=sys.stderr)
-            raise SystemExit(2) from None
+        save_result(res, args.json)
     return res
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 if __name__ == "__main__":

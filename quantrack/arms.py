@@ -167,7 +167,9 @@ class ArmTable:
 def arm_from_table(table: Any, where: str) -> Arm:
     """A validated Arm from one ``[[arms]]`` table; errors name the table (``[[arms]] #2 env: ...``)."""
     if isinstance(table, dict) and isinstance(table.get("name"), str) and table["name"]:
-        where = f"{where} ({table['name']})"
+        from quantrack.names import shown_name
+
+        where = f"{where} ({shown_name(table['name'])})"
     kw = build(ArmTable, table, where)
     try:
         return make_arm(kw.get("name"), weights=kw.get("weights", "bf16"), kv=kw.get("kv", "auto"),

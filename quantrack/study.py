@@ -330,7 +330,7 @@ def _study(data: dict[str, Any], source: str) -> Study:
     top = build(Study, data, "", skip=(*_SECTIONS, "arms", "baseline", "decision"))
     if "name" not in top:
         raise BadInput("name: required (a non-empty string)")
-    from quantrack.names import MAX_EXPERIMENT, check_name
+    from quantrack.names import check_experiment, check_name
 
     check_name(top["name"], "name")  # the study's work folder and exported files are named by it
     tracking = data.get("tracking")
@@ -340,8 +340,8 @@ def _study(data: dict[str, Any], source: str) -> Study:
         from quantrack.store.uri import resolve_uri
 
         resolve_uri(uri, create=False, what="[tracking] uri")
-    if isinstance(exp, str) and len(exp) > MAX_EXPERIMENT:  # an experiment name is not a file: length only
-        raise BadInput(f"[tracking] experiment: {len(exp)} characters ({exp[:24]!r}…); at most {MAX_EXPERIMENT}")
+    if isinstance(exp, str):  # not a file name, but shown and stored: no path segments, no hidden characters
+        check_experiment(exp)
     sections: dict[str, Any] = {}
     for key, cls in _SECTIONS.items():
         table = data.get(key, {})
@@ -491,6 +491,13 @@ def _decision(table: Any, source: str) -> DecisionSpec:
     from quantrack.constraints import constraints_from_table
 
     c = constraints_from_table(table, "", Path(source).parent if source != "<study>" else None)
+    if c.prices:  # read now: a missing or malformed prices file is refused by preflight, not at the report
+        from quantrack.hardware.pricing import load_prices
+
+        try:
+            load_prices(c.prices)
+        except BadInput as exc:
+            raise BadInput(f"[decision] prices: {exc}") from None
     return DecisionSpec(slo=tuple(s.text for s in c.slos), max_accuracy_drop=table.get("max_accuracy_drop"),
                         max_kl=c.max_kl, prices=c.prices)
 

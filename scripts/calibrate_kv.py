@@ -31,9 +31,24 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+MAX_SEQ_LEN = 1_048_576  # the longest context any engine here serves
+CALIBRATE_EXTRA = ("torch", "transformers", "llmcompressor", "compressed_tensors", "datasets")
+
+
+class BadArgs(Exception):
+    """A bad input to the script: one line on stderr, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2 (argparse's own prints the usage too)
+        raise BadArgs(message)
 
 
 def calibration_texts(n: int) -> list[dict[str, Any]]:
@@ -42,13 +57,13 @@ def calibration_texts(n: int) -> list[dict[str, Any]]:
 
     data = load_data(num_shots=0)
     if not 1 <= n <= len(data.train):
-        raise SystemExit(f"--samples must be between 1 and {len(data.train)} (the train split), got {n}")
+        raise BadArgs(f"--samples must be between 1 and {len(data.train)} (the train split), got {n}")
     test_questions = {row["question"].strip() for row in data.test}
     out = []
     for i, row in enumerate(data.train[:n]):
         q = row["question"].strip()
         if q in test_questions:
-            raise SystemExit(f"train line {i + 1} is also a test question: refusing to calibrate on it")
+            raise BadArgs(f"train line {i + 1} is also a test question: refusing to calibrate on it")
         out.append({"text": f"Question: {q}\nAnswer: {row['answer'].strip()}", "source": f"gsm8k/train.jsonl:{i + 1}"})
     return out
 
@@ -57,7 +72,7 @@ def kv_scheme(strategy: str) -> dict[str, Any]:
     """The compressed-tensors kv_cache_scheme vLLM accepts: 8-bit float, symmetric, tensor or attn_head
     (vllm@dd10e03f9:vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py:L972-L1010)."""
     if strategy not in ("tensor", "attn_head"):
-        raise SystemExit(f"--strategy must be tensor or attn_head, got {strategy!r}")
+        raise BadArgs(f"--strategy must be tensor or attn_head, got {strategy!r}")
     return {"num_bits": 8, "type": "float", "strategy": strategy, "dynamic": False, "symmetric": True}
 
 
@@ -68,7 +83,7 @@ def sglang_scales(layer_scales: dict[int, tuple[list[float], list[float]]], mode
     for layer, (k, v) in sorted(layer_scales.items()):
         s = max([*k, *v])
         if not (s > 0 and math.isfinite(s)):
-            raise SystemExit(f"layer {layer}: scale {s!r} is not a positive number")
+            raise BadArgs(f"layer {layer}: scale {s!r} is not a positive number")
         factors[layer] = s
     return {"model_type": model_type, "kv_cache": {"dtype": "float8_e4m3fn", "scaling_factor": {0: factors}}}
 
@@ -92,28 +107,39 @@ def read_layer_scales(ckpt: Path) -> dict[int, tuple[list[float], list[float]]]:
     """The k/v scale tensors of a saved checkpoint (only those tensors are read), per layer index."""
     import re
 
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
+
+    from quantrack.errors import QuantrackError
+    from quantrack.store.files import open_regular_read
 
     pat = re.compile(r"\.layers\.(\d+)\.self_attn\.([kv])_scale$")
     found: dict[int, dict[str, list[float]]] = {}
     for f in sorted(ckpt.glob("*.safetensors")):
-        with safe_open(str(f), framework="numpy") as st:
-            for name in st.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
-                m = pat.search(name)
-                if not m:
-                    continue
-                try:
-                    values = [float(x) for x in st.get_tensor(name).ravel()]
-                except TypeError:  # bfloat16 (the model's dtype, as llm-compressor saves them): numpy has none
-                    values = _bf16_values(f, name)
-                found.setdefault(int(m.group(1)), {})[m.group(2)] = values
+        try:
+            open_regular_read(f).close()  # a FIFO, a device or a folder is refused, never opened blocking
+        except QuantrackError as exc:
+            raise BadArgs(str(exc)) from None
+        try:
+            with safe_open(str(f), framework="numpy") as st:
+                for name in st.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+                    m = pat.search(name)
+                    if not m:
+                        continue
+                    try:
+                        values = [float(x) for x in st.get_tensor(name).ravel()]
+                    except TypeError:  # bfloat16 (the model's dtype, as llm-compressor saves them): numpy has none
+                        values = _bf16_values(f, name)
+                    found.setdefault(int(m.group(1)), {})[m.group(2)] = values
+        except (SafetensorError, OSError, ValueError, KeyError, RecursionError) as exc:
+            why = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise BadArgs(f"{f}: not a readable safetensors file ({why})") from None
     if not found:
-        raise SystemExit(f"{ckpt}: no self_attn.k_scale / v_scale tensors were saved")
+        raise BadArgs(f"{ckpt}: no self_attn.k_scale / v_scale tensors were saved")
     return {i: (d.get("k", []), d.get("v", [])) for i, d in found.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="bf16 Hugging Face checkpoint directory")
     ap.add_argument("--out", required=True, help="output directory (must not exist)")
     ap.add_argument("--strategy", default="tensor", choices=["tensor", "attn_head"])
@@ -122,19 +148,83 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--finish", action="store_true",
                     help="--out holds a checkpoint this script saved but did not finish: write only the SGLang scales "
                          "file and calibration.json from it (same arguments as the first call)")
-    a = ap.parse_args(argv)
-    out = Path(a.out)
-    if out.exists() and not a.finish:
-        raise SystemExit(f"--out {out}: exists; give a new directory")
-    if a.finish and not (out / "config.json").exists():
-        raise SystemExit(f"--finish: {out} holds no saved checkpoint")
-    texts = calibration_texts(a.samples)
-    scheme = kv_scheme(a.strategy)
+    return ap
 
+
+def _config(path: Path, flag: str) -> dict[str, Any]:
+    """A checkpoint's config.json: a regular file holding a JSON object (one line otherwise)."""
+    from quantrack.errors import QuantrackError
+    from quantrack.store.files import read_regular
+
+    try:
+        raw = read_regular(path, limit=64 * 2**20, what=f"{flag}: {path}")
+        cfg = json.loads(raw)
+    except QuantrackError as exc:
+        raise BadArgs(str(exc)) from None
+    except (ValueError, RecursionError):
+        raise BadArgs(f"{flag}: {path} is not JSON") from None
+    if not isinstance(cfg, dict):
+        raise BadArgs(f"{flag}: {path} is not a JSON object")
+    return cfg
+
+
+def check_args(a: argparse.Namespace) -> Path:
+    """Everything checked before the model is loaded (a calibration takes minutes on a GPU): the output folder can
+    be made, the model is a local checkpoint, every number is in range; with --finish, the saved checkpoint reads."""
+    if not 1 <= a.max_seq_len <= MAX_SEQ_LEN:
+        raise BadArgs(f"--max-seq-len must be between 1 and {MAX_SEQ_LEN:,}, got {a.max_seq_len:,}")
+    out = Path(a.out)
+    if a.finish:
+        if not os.path.lexists(out / "config.json"):
+            raise BadArgs(f"--finish: {out} holds no saved checkpoint")
+        _config(out / "config.json", "--finish")
+        read_layer_scales(out)
+        return out
+    if os.path.lexists(out):
+        raise BadArgs(f"--out {out}: exists; give a new directory")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise BadArgs(f"--out {out}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadArgs(f"--out {out}: the folder {parent} is not writable")
+    model = Path(a.model)
+    if not model.is_dir():
+        raise BadArgs(f"--model {model}: not a local checkpoint directory")
+    _config(model / "config.json", "--model")
+    return out
+
+
+def check_extra() -> None:
+    import importlib.util
+
+    missing = [m for m in CALIBRATE_EXTRA if importlib.util.find_spec(m) is None]
+    if missing:
+        raise BadArgs(f"needs the [calibrate] extra (pip install -e '.[calibrate]'): {', '.join(missing)} not "
+                      "installed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a = _parser().parse_args(argv)
+        out = check_args(a)
+        texts = calibration_texts(a.samples)
+        scheme = kv_scheme(a.strategy)
+        check_extra()
+    except BadArgs as exc:
+        print(f"calibrate_kv: error: {exc}", file=sys.stderr)
+        return 2
     # the [calibrate] extra is imported inside the steps, so --help and the tests need none of it
     if not a.finish:
         _calibrate(a, texts, scheme, out)
-    return _write_side_files(a, texts, scheme, out)
+    from quantrack.errors import QuantrackError
+
+    try:
+        return _write_side_files(a, texts, scheme, out)
+    except (BadArgs, QuantrackError, OSError) as exc:  # the calibrated checkpoint is saved: --finish writes these files from it
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        print(f"calibrate_kv: error: {why}; the checkpoint is in {out}: fix it and rerun with --finish",
+              file=sys.stderr)
+        return 1
 
 
 def _calibrate(a: argparse.Namespace, texts: list[dict[str, Any]], scheme: dict[str, Any], out: Path) -> None:
@@ -156,14 +246,18 @@ def _calibrate(a: argparse.Namespace, texts: list[dict[str, Any]], scheme: dict[
 
 
 def _write_side_files(a: argparse.Namespace, texts: list[dict[str, Any]], scheme: dict[str, Any], out: Path) -> int:
+    cfg = _config(out / "config.json", "--out")
+    scales = read_layer_scales(out)
+    sglang = json.dumps(sglang_scales(scales, str(cfg.get("model_type", ""))), indent=1)
+
     import llmcompressor
     import torch
     import transformers
 
-    cfg = json.loads((out / "config.json").read_text())
-    scales = read_layer_scales(out)
-    (out / "sglang-kv-scales.json").write_text(json.dumps(sglang_scales(scales, cfg.get("model_type", "")), indent=1))
-    (out / "calibration.json").write_text(json.dumps({
+    from quantrack.store.files import write_atomic
+
+    write_atomic(out / "sglang-kv-scales.json", sglang)
+    write_atomic(out / "calibration.json", json.dumps({
         "split": "gsm8k train (quantrack/data/gsm8k/train.jsonl, hash-checked); the test split is not used",
         "samples": len(texts), "first": texts[0]["source"], "last": texts[-1]["source"], "strategy": a.strategy,
         "kv_cache_scheme": scheme, "max_seq_len": a.max_seq_len, "base_model": str(a.model),

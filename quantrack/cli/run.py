@@ -59,7 +59,11 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
     from quantrack.errors import BadInput
     from quantrack.study import load_study
 
+    pending: list[str] = []  # the --quick note, printed with the first progress line: an error before it is alone
+
     def progress(m: str) -> None:
+        while pending:
+            click.echo(f"quantrack: {pending.pop(0)}", err=True)
         click.echo(f"quantrack: {m}", err=True)
 
     study = load_study(study_file)
@@ -67,8 +71,8 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
         from quantrack.study import quick_study
 
         study = quick_study(study)
-        progress(f"--quick: fewer requests than the study asks; runs go to experiment "
-                 f"{study.tracking.experiment!r} (a first look, not figures to decide on)")
+        pending.append(f"--quick: fewer requests than the study asks; runs go to experiment "
+                       f"{study.tracking.experiment!r} (a first look, not figures to decide on)")
     from quantrack.cli.serve import exposure_warning
 
     exposed = exposure_warning(study.engine.host, [*study.engine.args, *(x for a in study.arms for x in a.engine_args)],
@@ -101,6 +105,8 @@ def run(study_file: str, arms: tuple[str, ...], base_url: str | None, server_log
                       workdir=Path(workdir) if workdir else None, prices=prices)
     try:
         result = run_study(study, opts, progress=progress)
+        if pending:  # no progress line came: the note still belongs before the results
+            progress(pending.pop())
     except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM / SIGHUP: the arm in progress is logged KILLED already
         from quantrack.interrupts import as_interrupted
 

@@ -60,13 +60,19 @@ _CONTROL = bytes(c for c in range(32) if c not in (9, 10, 12, 13, 27))  # not te
 def check_log_file(path: str | Path, *, strict: bool = True) -> Path:
     """The path of a readable text log, or BadInput naming what it is instead (missing, a directory, and with
     ``strict`` also empty or binary)."""
+    import os
+
+    from quantrack.store.files import file_kind, open_regular_read
+
     p = Path(path)
     if p.is_dir():
         raise BadInput(f"{path}: is a directory, not a log file")
-    if not p.is_file():
+    if not os.path.exists(p):
         raise BadInput(f"log file not found: {path}")
+    if not p.is_file():  # a FIFO would block the read, /dev/zero never ends: neither is a log
+        raise BadInput(f"{path} is not a regular file ({file_kind(p.stat().st_mode)}), not a log file")
     try:
-        with open(p, "rb") as fh:
+        with open_regular_read(p) as fh:
             head = fh.read(_SNIFF)
     except OSError as exc:
         raise BadInput(f"{path}: cannot be read ({exc.strerror or exc})") from None

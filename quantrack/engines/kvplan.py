@@ -18,6 +18,8 @@ the plan says so (``version_note``) instead of claiming the same code. This modu
 from __future__ import annotations
 
 import json
+import math
+import os
 import struct
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -30,6 +32,9 @@ from quantrack.errors import BadInput
 
 RULES_FILE = "kv-scales.toml"
 MAX_HEADER_BYTES = 100 * 2**20  # a safetensors header larger than this is not a header
+MAX_JSON_BYTES = 64 * 2**20  # config.json / hf_quant_config.json are a few KiB
+MAX_JSON_DEPTH = 64  # real configs nest about 6 deep
+MAX_SAFETENSORS_FILES = 4096  # the largest public checkpoints have a few hundred shards
 UNQUANTIZED_KV = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32", "")
 GGUF_KV_QUANTIZED = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 _SCALE_SUFFIXES = (".k_scale", ".v_scale", ".kv_scale", ".k_cache.scale", ".v_cache.scale")
@@ -80,29 +85,83 @@ class CheckpointKV:
         return asdict(self)
 
 
-def safetensors_header(path: str | Path) -> dict[str, Any]:
-    """The JSON header of one safetensors file (8-byte little-endian length, then JSON); no tensor data is read."""
-    p = Path(path)
+def _finite(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"the number {text[:40]} is not finite")
+    return v
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests no deeper than ``limit`` (iterative: a deep value cannot exhaust the stack here)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            if d > limit:
+                return False
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return True
+
+
+def _parse_json(raw: bytes, what: str) -> dict[str, Any]:
+    """A JSON object from a checkpoint file: finite numbers only (``1e400``, ``NaN`` refused), nesting at most
+    MAX_JSON_DEPTH, integers the interpreter converts (at most 4,300 digits); every refusal one line naming it."""
     try:
-        with p.open("rb") as fh:
+        data = json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadInput(f"{what} is not usable JSON (nested too deeply)") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{what} is not JSON (not UTF-8 text)") from None
+    except ValueError as exc:
+        reason = str(exc).split(": line ")[0] if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+        raise BadInput(f"{what} is not usable JSON ({reason})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{what}: expected a JSON object, found {type(data).__name__}")
+    if not _depth_ok(data):
+        raise BadInput(f"{what} is not usable JSON (nested deeper than {MAX_JSON_DEPTH} levels)")
+    return data
+
+
+def safetensors_header(path: str | Path) -> dict[str, Any]:
+    """The JSON header of one safetensors file (8-byte little-endian length, then JSON); no tensor data is read.
+    Only a regular file is opened (a FIFO never blocks, a device is refused); the length is bounded."""
+    from quantrack.store.files import open_regular_read
+
+    p = Path(path)
+    with open_regular_read(p) as fh:
+        try:
             head = fh.read(8)
             if len(head) != 8:
                 raise BadInput(f"{p}: not a safetensors file (shorter than its 8-byte header length)")
             (n,) = struct.unpack("<Q", head)
             if n == 0 or n > MAX_HEADER_BYTES:
-                raise BadInput(f"{p}: not a safetensors file (header length {n:,})")
+                raise BadInput(f"{p}: not a safetensors file (header length {n:,}; at most "
+                               f"{MAX_HEADER_BYTES:,} is read)")
             raw = fh.read(n)
-    except OSError as exc:
-        raise BadInput(f"{p}: cannot read ({exc.strerror or exc})") from None
+        except OSError as exc:
+            raise BadInput(f"{p}: cannot read ({exc.strerror or exc})") from None
     if len(raw) != n:
         raise BadInput(f"{p}: truncated safetensors header ({len(raw):,} of {n:,} bytes)")
-    try:
-        header = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadInput(f"{p}: safetensors header is not JSON") from None
-    if not isinstance(header, dict):
-        raise BadInput(f"{p}: safetensors header is not a JSON object")
-    return header
+    return _parse_json(raw, f"{p}: safetensors header")
+
+
+def _scale_numel(name: str, meta: Any, where: Path) -> int:
+    """The element count of a scale tensor from its header entry: the shape must be a list of non-negative
+    integers (a string, null, a float such as 1e400 or a negative size is not a shape)."""
+    shape = meta.get("shape") if isinstance(meta, dict) else None
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                              for s in shape):
+        raise BadInput(f"{where}: tensor {name[:120]!r} has shape {json.dumps(shape)[:60]}, not a list of "
+                       "non-negative integers")
+    numel = 1
+    for s in shape:
+        numel = min(numel * s, 2)  # only 0/1 (per-tensor) or more (per-head) matters
+    return numel
 
 
 def _naming(name: str) -> str:
@@ -121,34 +180,50 @@ def _naming(name: str) -> str:
 
 
 def _load_json(p: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except ValueError:
-        raise BadInput(f"{p}: not valid JSON") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{p}: expected a JSON object")
-    return data
+    from quantrack.store.files import read_regular
+
+    return _parse_json(read_regular(p, limit=MAX_JSON_BYTES), str(p))
+
+
+def _text(value: Any, where: str) -> str | None:
+    """A config value that must be a string (or absent)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadInput(f"{where} is {type(value).__name__} {json.dumps(value)[:40]}, not a string")
+    return value
+
+
+def _present(p: Path) -> bool:
+    """Whether a config file is there to read: anything at the name (a FIFO, a folder or a dangling link is read
+    and refused, not taken for an absent file, which would make the plan a silent 'no quantization')."""
+    return os.path.lexists(p)
 
 
 def read_checkpoint(path: str | Path) -> CheckpointKV:
-    """Read a local Hugging Face checkpoint directory: config files and safetensors headers only."""
+    """Read a local Hugging Face checkpoint directory: config files and safetensors headers only, each a regular
+    file of bounded size with finite numbers and bounded nesting; anything else is BadInput (one line)."""
     d = Path(path)
     if not d.is_dir():
         return CheckpointKV(path=str(path), read=False, note="not a local checkpoint directory (nothing read)")
     cfg_path = d / "config.json"
-    cfg = _load_json(cfg_path) if cfg_path.is_file() else {}
+    cfg = _load_json(cfg_path) if _present(cfg_path) else {}
     raw_qc = cfg.get("quantization_config")
-    qc: dict[str, Any] = raw_qc if isinstance(raw_qc, dict) else {}
-    scheme = qc.get("kv_cache_scheme") if isinstance(qc.get("kv_cache_scheme"), dict) else None
-    algo = qc.get("kv_cache_quant_algo")
+    if raw_qc is not None and not isinstance(raw_qc, dict):
+        raise BadInput(f"{cfg_path}: quantization_config is {type(raw_qc).__name__}, not an object")
+    qc: dict[str, Any] = raw_qc or {}
+    scheme = qc.get("kv_cache_scheme")
+    if scheme is not None and not isinstance(scheme, dict):
+        raise BadInput(f"{cfg_path}: quantization_config.kv_cache_scheme is {type(scheme).__name__}, not an object")
+    algo = _text(qc.get("kv_cache_quant_algo"), f"{cfg_path}: quantization_config.kv_cache_quant_algo")
     hfq = d / "hf_quant_config.json"  # ModelOpt's own file: {"quantization": {"kv_cache_quant_algo": "FP8"}}
-    if hfq.is_file():
+    if _present(hfq):
         q = _load_json(hfq).get("quantization")
-        if isinstance(q, dict) and q.get("kv_cache_quant_algo"):
-            algo = q["kv_cache_quant_algo"]
+        if isinstance(q, dict):
+            algo = _text(q.get("kv_cache_quant_algo"), f"{hfq}: quantization.kv_cache_quant_algo") or algo
     files = sorted(d.glob("*.safetensors"))
+    if len(files) > MAX_SAFETENSORS_FILES:
+        raise BadInput(f"{d}: {len(files):,} *.safetensors files (more than {MAX_SAFETENSORS_FILES:,} are not read)")
     names: list[str] = []
     layouts: set[str] = set()
     for f in files:
@@ -156,17 +231,14 @@ def read_checkpoint(path: str | Path) -> CheckpointKV:
             if name == "__metadata__" or not name.endswith(_SCALE_SUFFIXES):
                 continue
             names.append(name)
-            shape = meta.get("shape") if isinstance(meta, dict) else None
-            numel = 1
-            for s in shape or []:
-                numel *= int(s)
-            layouts.add("per-tensor" if numel <= 1 else "per-head")
+            layouts.add("per-tensor" if _scale_numel(name, meta, f) <= 1 else "per-head")
     layout = None if not layouts else (layouts.pop() if len(layouts) == 1 else "mixed")
     namings = sorted({_naming(n) for n in names})
     return CheckpointKV(
         path=str(d), read=True, note="" if files else "no *.safetensors files in the directory",
-        model_type=cfg.get("model_type"), quant_method=qc.get("quant_method") or None,
-        kv_cache_scheme=scheme, modelopt_kv_algo=str(algo) if algo else None, scale_tensors=len(names),
+        model_type=_text(cfg.get("model_type"), f"{cfg_path}: model_type"),
+        quant_method=_text(qc.get("quant_method"), f"{cfg_path}: quantization_config.quant_method"),
+        kv_cache_scheme=scheme, modelopt_kv_algo=algo, scale_tensors=len(names),
         scale_layout=layout, scale_naming=", ".join(namings) or None, examples=tuple(sorted(names)[:2]),
         files=len(files),
     )

@@ -82,6 +82,24 @@ def tail(path: str | Path, n: int = 20) -> list[str]:
     return list(deque((ln.rstrip("\r") for ln in data.split("\n") if ln.strip()), maxlen=n))
 
 
+
+MIN_FREE_BYTES = 64 * 1024  # below this the engine's startup log cannot be written whole
+
+
+def disk_full_note(folder: Path) -> str | None:
+    """A line naming the disk when the filesystem holding ``folder`` has less than MIN_FREE_BYTES free for this
+    user (a full work folder failed the next arm's engine with only "(empty log)"); None when there is room or it
+    cannot be told."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return None
+    return (f"no space left on the disk holding {folder} ({free:,} bytes free): free some space there or put the "
+            "work folder on another disk")
+
 class ManagedServer:
     """Start ``argv`` as a server, wait until healthy, stop it cleanly.
 
@@ -180,6 +198,9 @@ class ManagedServer:
         env = {k: v for k in list(os.environ) if (v := os.environ.get(k)) is not None}
         env.update({**self.env, "PYTHONUNBUFFERED": "1"})
         self._check_executable(env)
+        full = disk_full_note(self.log_path.parent)
+        if full:  # its log (and, in a work folder, its arm's files) could not be written: say so, start nothing
+            raise EngineError(f"cannot start {self.name}: {full}")
         from quantrack.store.files import open_regular_fd
 
         # never through a link (O_NOFOLLOW: also one planted after any check) and only into a regular file,
@@ -245,8 +266,12 @@ class ManagedServer:
 
     def _died_message(self, rc: int) -> str:
         lines = tail(self.log_path, 20)
+        if not lines:  # nothing written: a full disk is the first suspect (the engine's output went nowhere)
+            full = disk_full_note(self.log_path.parent)
+            return (f"{self.name} exited with code {rc} before it was ready (log {self.log_path}): "
+                    + (full if full else "the log is empty"))
         return (f"{self.name} exited with code {rc} before it was ready (log {self.log_path}); last lines: "
-                + (" | ".join(lines) if lines else "(empty log)"))
+                + " | ".join(lines))
 
     def stop(self) -> int | None:
         """SIGTERM the process group, wait ``stop_timeout``, then SIGKILL. Returns the exit code."""

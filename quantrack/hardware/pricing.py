@@ -55,11 +55,12 @@ def default_prices_path() -> Path:
 
 def load_prices(path: str | Path | None = None) -> PriceTable:
     """Read a price table (the shipped one, or ``--prices FILE``); bad entries are one-line errors."""
+    from quantrack.store.files import read_regular
+
     p = Path(path) if path is not None else default_prices_path()
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"cannot read prices file {str(p)!r}: {exc.strerror or exc}") from None
+    try:  # a regular file only (a FIFO would block, /dev/zero never ends), at most 16 MiB
+        data = tomllib.loads(read_regular(p, limit=16 * 2**20, what=f"prices file {str(p)!r}")
+                             .decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"prices file {str(p)!r} is not valid TOML: {exc}") from None
     entries = data.get("price")

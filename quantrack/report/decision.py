@@ -248,6 +248,11 @@ def decision_report(experiment: str, flags: Constraints, *, uri: str | None = No
     if study is None:
         base_c = parent_constraints(load_runs(experiment, target, role=Role.STUDY), target)
     c = merge_constraints(flags, base_c)
+    if study is None and not flags.prices and c.prices and not Path(c.prices).is_absolute():
+        # the logged study file is only its text: where it lay, so what its relative path meant, is not stored
+        raise BadInput(f"the study file logged on experiment {experiment!r} names [decision] prices = {c.prices!r}, "
+                       "a path relative to that file, which the store does not keep: give --study FILE (the "
+                       "path is read relative to it) or --prices FILE")
     arm_runs = as_arm_runs(runs)
     if gpu is not None:
         names = sorted(by_gpu(arm_runs))

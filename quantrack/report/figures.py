@@ -19,8 +19,36 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")
 
 
+def quiet_matplotlib() -> None:
+    """Before matplotlib's first import: its config and font cache go to quantrack's cache folder
+    (``$QUANTRACK_CACHE`` or ``~/.cache/quantrack``, ``matplotlib/``), else a folder of this user's in the temporary
+    folder, unless ``MPLCONFIGDIR`` is set. An unwritable ``~/.config`` made matplotlib print two lines of warnings
+    on stderr at every command that draws (and rebuild its font cache each time)."""
+    import os
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    if os.environ.get("MPLCONFIGDIR") or "matplotlib" in sys.modules:
+        return
+    env = os.environ.get("QUANTRACK_CACHE")
+    choices = [Path(env).expanduser() if env else Path.home() / ".cache" / "quantrack"]
+    choices.append(Path(tempfile.gettempdir()) / f"quantrack-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+    for base in choices:
+        d = base / "matplotlib"
+        try:
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = d.stat()
+        except OSError:
+            continue
+        if os.access(d, os.W_OK | os.X_OK) and (not hasattr(os, "getuid") or st.st_uid == os.getuid()):
+            os.environ["MPLCONFIGDIR"] = str(d)
+            return
+
+
 def _subplots(figsize: tuple[float, float]) -> tuple[Any, Any]:
     """A figure outside pyplot (no global state, and pyplot's import is skipped); PNG through the Agg canvas."""
+    quiet_matplotlib()
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize)
@@ -35,6 +63,7 @@ def _png(fig: Any) -> bytes:
 
 
 def _thousands() -> Any:
+    quiet_matplotlib()
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v:,.0f}")

@@ -71,6 +71,9 @@ def plot_speedup(
     points = speedup_points(rows_a, rows_b)
     if not points:
         raise BadInput("the two sweeps share no concurrency level; nothing to plot")
+    from quantrack.report.figures import quiet_matplotlib
+
+    quiet_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,6 +123,9 @@ def plot_engine_metrics(rows: list[dict[str, Any]], path: str | Path, *, label: 
     panels = [(k, t) for k, t in ENGINE_PANELS if any(isinstance(m.get(k), (int, float)) for _, m in pts)]
     if not panels:
         return None
+    from quantrack.report.figures import quiet_matplotlib
+
+    quiet_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

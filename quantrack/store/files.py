@@ -245,3 +245,45 @@ def open_regular_fd(path: str | Path, *, append: bool = False, flag: str | None 
         raise BadInput(f"{where} is not a regular file ({why})")
     os.set_blocking(fd, True)
     return fd
+
+
+# --- reading a file the user named: only a regular file, never blocking, never unbounded (issue #43) ----------
+
+def file_kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+
+
+def open_regular_read(path: str | Path, what: str | None = None) -> IO[bytes]:
+    """Open ``path`` for binary reading only when it is a regular file (a link to one is followed): a FIFO is
+    opened ``O_NONBLOCK`` (so opening it never waits for a writer) and refused, as are devices (``/dev/zero``
+    never ends), sockets and folders. Refusals are one line (BadInput) naming ``what`` (default: the path)."""
+    where = what or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise BadInput(f"{where}: file not found") from None
+        if exc.errno == errno.ENXIO:  # a socket
+            raise BadInput(f"{where} is not a regular file (a socket)") from None
+        raise BadInput(f"{where}: cannot read ({exc.strerror or exc})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise BadInput(f"{where} is not a regular file ({file_kind(mode)})")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str | Path, *, limit: int, what: str | None = None) -> bytes:
+    """The bytes of a regular file (see :func:`open_regular_read`), refused when larger than ``limit``."""
+    where = what or str(path)
+    with open_regular_read(path, what) as fh:
+        try:
+            raw = fh.read(limit + 1)
+        except OSError as exc:
+            raise BadInput(f"{where}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > limit:
+        raise BadInput(f"{where}: larger than {limit:,} bytes")
+    return raw

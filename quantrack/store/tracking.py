@@ -105,6 +105,11 @@ def _quiet_mlflow_logs() -> None:
         lg = logging.getLogger(name)
         if lg.level == logging.NOTSET or lg.level < logging.WARNING:
             lg.setLevel(logging.WARNING)
+    # its SQLAlchemy error handler logs every database error with the whole traceback (~90 lines for a read-only
+    # or full store) before re-raising it; quantrack classifies the error it raises and says it in one line
+    db = logging.getLogger("mlflow.store.db.utils")
+    if db.level == logging.NOTSET or db.level < logging.CRITICAL:
+        db.setLevel(logging.CRITICAL)
 
 
 def _client(uri: str) -> Any:
@@ -203,21 +208,31 @@ def _is_connectivity_error(exc: BaseException) -> bool:
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
-def _is_storage_error(exc: BaseException) -> bool:
-    """The store's disk refused the write (full, read-only, I/O error): the record is spooled, not lost."""
+_STORAGE_PHRASES = ("database or disk is full", "no space left on device", "disk quota exceeded",
+                    "attempt to write a readonly database", "read-only file system", "disk i/o error")
+
+
+def storage_reason(exc: BaseException) -> str | None:
+    """What the store's disk refused (full, read-only, I/O error), in the words of the innermost error that says
+    it (``attempt to write a readonly database``; mlflow's outer message is SQLAlchemy's autoflush note), or None
+    when the error is not the disk's."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:  # mlflow/SQLAlchemy wrap the OSError or sqlite3 error
         seen.add(id(cur))
         if isinstance(cur, OSError) and cur.errno in _STORAGE_ERRNOS:
-            return True
+            return cur.strerror or str(cur)
         text = str(cur).lower()
-        if any(s in text for s in ("database or disk is full", "no space left on device", "disk quota exceeded",
-                                   "attempt to write a readonly database", "read-only file system",
-                                   "disk i/o error")):
-            return True
+        for phrase in _STORAGE_PHRASES:
+            if phrase in text:
+                return phrase
         cur = cur.__cause__ or cur.__context__
-    return False
+    return None
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """The store's disk refused the write (full, read-only, I/O error): the record is spooled, not lost."""
+    return storage_reason(exc) is not None
 
 
 def find_run_by_uuid(client: Any, exp_id: str, run_uuid: str) -> Any | None:
@@ -797,9 +812,9 @@ class Tracker:
                 # unreachable, or answering garbage / errors: the run is kept in the spool, never lost
                 return self._spool(record, f"tracking server {redact_text(self.uri)} failed: {type(exc).__name__}: "
                                            f"{redact_text(first)}")
-            if _is_storage_error(exc):  # the store's disk is full or read-only: keep the run in the spool
-                return self._spool(record, f"tracking store {redact_text(self.uri)} could not write: "
-                                           f"{type(exc).__name__}: {redact_text(first)}")
+            disk = storage_reason(exc)
+            if disk is not None:  # the store's disk is full or read-only: keep the run in the spool
+                return self._spool(record, f"tracking store {redact_text(self.uri)} could not write: {disk}")
             # any other refusal of a local store: the run is kept in the spool with the store's reason (sync
             # uploads it once the cause is fixed) and the study goes on; never a measured arm lost
             return self._spool(record, f"tracking store {redact_text(self.uri)} refused it: "

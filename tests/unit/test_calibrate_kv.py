@@ -29,14 +29,14 @@ def test_calibration_text_is_train_only() -> None:
     for t, row in zip(texts, data.train[:8], strict=True):
         assert t["text"].startswith(f"Question: {row['question'].strip()}\nAnswer: ")
         assert row["question"].strip() not in test_q
-    with pytest.raises(SystemExit, match="--samples must be between 1 and 7473"):
+    with pytest.raises(cal.BadArgs, match="--samples must be between 1 and 7473"):
         cal.calibration_texts(0)
 
 
 def test_scheme_and_sglang_file(tmp_path: Path) -> None:
     assert cal.kv_scheme("attn_head") == {"num_bits": 8, "type": "float", "strategy": "attn_head", "dynamic": False,
                                           "symmetric": True}
-    with pytest.raises(SystemExit):
+    with pytest.raises(cal.BadArgs):
         cal.kv_scheme("channel")
     save_file({"model.layers.0.self_attn.k_scale": np.array(0.5, dtype=np.float32),
                "model.layers.0.self_attn.v_scale": np.array(0.25, dtype=np.float32),
@@ -49,7 +49,7 @@ def test_scheme_and_sglang_file(tmp_path: Path) -> None:
     assert doc["model_type"] == "qwen2" and doc["kv_cache"]["dtype"] == "float8_e4m3fn"
     got = {k: round(v, 6) for k, v in doc["kv_cache"]["scaling_factor"]["0"].items()}
     assert got == {"0": 0.5, "1": 0.7}
-    with pytest.raises(SystemExit, match="not a positive number"):
+    with pytest.raises(cal.BadArgs, match="not a positive number"):
         cal.sglang_scales({0: ([0.0], [0.0])}, "qwen2")
 
 

@@ -109,7 +109,8 @@ def test_no_scales(tmp_path: Path) -> None:
 def test_bad_header_is_one_line(tmp_path: Path) -> None:
     p = tmp_path / "x.safetensors"
     p.write_bytes(struct.pack("<Q", 50) + b"{not json" + b" " * 41)
-    with pytest.raises(BadInput, match=r"x\.safetensors: safetensors header is not JSON$"):
+    with pytest.raises(BadInput, match=r"x\.safetensors: safetensors header is not usable JSON \(Expecting property name enclosed in double "
+                       r"quotes\)$"):
         safetensors_header(p)
     p.write_bytes(b"\x01\x02")
     with pytest.raises(BadInput, match="shorter than its 8-byte header length"):

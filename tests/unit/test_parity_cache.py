@@ -138,7 +138,7 @@ def test_bad_inputs_are_one_line_and_exit_2(argv: list[str], message: str, capsy
 
 def test_a_bad_json_path_is_refused_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the server URL points nowhere: had the script measured first, it would fail on the connection instead
-    for path, why in ((tmp_path / "missing" / "r.json", f"folder {tmp_path / 'missing'} does not exist"),
+    for path, why in ((tmp_path / "missing" / "r.json", f"the folder {tmp_path / 'missing'} does not exist"),
                       (tmp_path, "is a folder, not a file")):
         with pytest.raises(SystemExit) as exc:
             bench.main(["--base-url", "http://127.0.0.1:9", "--json", str(path)])  # type: ignore[attr-defined]

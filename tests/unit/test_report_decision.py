@@ -268,6 +268,9 @@ quantization = "fp8"
 
 
 def test_study_decision_table(tmp_path: Path) -> None:
+    from quantrack.hardware.pricing import default_prices_path
+
+    (tmp_path / "p.toml").write_text(default_prices_path().read_text())  # read at load: it must exist
     p = tmp_path / "s.toml"
     p.write_text(STUDY + '[decision]\nslo = ["tpot_p99<=30ms@64"]\nmax_accuracy_drop = "1pp"\nprices = "p.toml"\n')
     st = load_study(p)
