@@ -90,6 +90,8 @@ def parse_request_slo(text: str, where: str = "--goodput") -> RequestSlo:
             v = math.nan
         if not (math.isfinite(v) and v > 0):
             raise BadInput(f"{where} {part!r}: the limit must be a positive number of ms")
+        if SLO_KEYS[key] in vals:
+            raise BadInput(f"{where} {part!r}: {key} is given twice (one limit per metric)")
         vals[SLO_KEYS[key]] = v
     return RequestSlo(**vals)
 

@@ -59,6 +59,8 @@ def test_request_slo_grammar_is_vllms_goodput() -> None:
         parse_request_slo("ttft:-1")
     with pytest.raises(BadInput, match="at most 200 characters"):
         parse_request_slo("ttft:1," * 100)
+    with pytest.raises(BadInput, match=r"--goodput 'ttft:1': ttft is given twice \(one limit per metric\)"):
+        parse_request_slo("ttft:5000,ttft:1")  # was: the last one kept silently
 
 
 def test_goodput_counts_requests_meeting_every_limit() -> None:
