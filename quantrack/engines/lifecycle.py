@@ -354,7 +354,6 @@ def server_for_arm(
     adapter = get_adapter(engine)
     if adapter.serving.local_file and not Path(str(arm.model or model)).is_file():
         raise BadInput(f"GGUF file not found: {arm.model or model}")
-    _check_model_folder(adapter, arm.name, str(arm.model or model))
     spec = LaunchSpec(model=model, arm=arm, host=host, port=port or free_port(host), context_len=context_len,
                       util=util, tp=tp, parallel=parallel, served_name=served_name, extra_args=tuple(extra_args),
                       env=dict(env or {}), binary=binary)
@@ -411,13 +410,6 @@ def server_for_study(study: Any, arm_name: str, log_path: str | Path | None = No
     adapter = get_adapter(study.engine.kind)
     if adapter.serving.local_file and not Path(spec.model).is_file():
         raise BadInput(f"GGUF file not found: {spec.model}")
-    _check_model_folder(adapter, arm.name, spec.model)
     return ManagedServer.for_spec(adapter, spec, log_path=log_path, startup_timeout=study.engine.ready_timeout_s,
                                   name=f"{adapter.kind}-{arm.name}")
 
-
-def _check_model_folder(adapter: Any, arm_name: str, served: str) -> None:
-    """A GPU engine reads a missing local path as a Hub repository id and fails with a traceback: say it first."""
-    if not adapter.serving.local_file and served.startswith(("/", "./", "../")) and not Path(served).exists():
-        raise BadInput(f"arm {arm_name!r}: model folder not found: {served} (a path is served from disk; it does "
-                       "not exist on this machine)")

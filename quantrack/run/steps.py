@@ -152,6 +152,14 @@ def step_predict(study: Study, arm: Arm, node: dict[str, Any]) -> ArmPrediction:
     return pred
 
 
+def check_model_folder(adapter: Any, served: str) -> None:
+    """vLLM / SGLang read a missing local path as a Hub repository id and fail with a traceback (seen on the
+    H200 when a calibrated checkpoint was not written): the arm fails first, naming the folder."""
+    if not adapter.serving.local_file and served.startswith(("/", "./", "../")) and not Path(served).exists():
+        raise StepError(f"model folder not found: {served} (a path is served from disk; it does not exist on "
+                        "this machine)")
+
+
 @contextlib.contextmanager
 def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
                progress: Progress) -> Iterator[str]:
@@ -167,10 +175,7 @@ def step_serve(study: Study, arm: Arm, outcome: ArmOutcome, workdir: Path,
     if not model:
         raise StepError("[model] path (what the engine serves) is required to start a server")
     spec = spec_for(study, arm, port=port)  # the same spec `quantrack preflight` prints
-    if not adapter.serving.local_file and spec.model.startswith(("/", "./", "../")) and not Path(spec.model).exists():
-        # vLLM / SGLang read a missing local path as a Hub repository id and fail with a traceback
-        raise StepError(f"model folder not found: {spec.model} (a path is served from disk; it does not exist on "
-                        "this machine)")
+    check_model_folder(adapter, spec.model)
     outcome.launch_argv, outcome.launch_env = adapter.launch_argv(spec), adapter.launch_env(spec)
     log_path = workdir / f"{arm.name}-server.log"
     outcome.server_log = log_path

@@ -98,7 +98,8 @@ def _check_against_md(csv_row: dict[str, Any], md: dict[str, str]) -> int:
         n += 1
     # the flag that was a ⚠ in the cell is its own column
     assert ("⚠" in md["Batch-1 TPOT"]) == (csv_row["tpot_contended"] is True), csv_row["arm"]
-    gsm = md["GSM8K"]
+    # the accuracy column is named after the task (GSM8K, or a task file's / humaneval's name)
+    gsm = md["GSM8K"] if "GSM8K" in md else md[str(csv_row["accuracy_task"])]
     m = re.fullmatch(r"([\d.]+)% \[([\d.]+), ([\d.]+)\](?: n=(\d+))?", gsm)
     if m:
         for key, shown in zip(("gsm8k_acc", "gsm8k_lo", "gsm8k_hi"), m.groups()[:3], strict=True):

@@ -436,17 +436,16 @@ def test_task_file_keys_on_gsm8k_are_refused_one_line_exit_2(tmp_path: Path, cap
     assert set(tmp_path.iterdir()) == before
 
 
-def test_a_gpu_arm_whose_model_folder_is_missing_is_refused_before_the_engine(tmp_path: Path) -> None:
+def test_a_gpu_arm_whose_model_folder_is_missing_fails_before_the_engine(tmp_path: Path) -> None:
     """vLLM reads a missing local path as a Hub repository id and fails with a traceback (seen on the H200 when a
-    calibrated checkpoint was not written): the arm's server is refused first, naming the folder."""
-    from quantrack.engines.lifecycle import server_for_study
-    from quantrack.errors import BadInput
+    calibrated checkpoint was not written): the arm's serve step fails first, naming the folder."""
+    from quantrack.engines import get_adapter
+    from quantrack.run.outcome import StepError
+    from quantrack.run.steps import check_model_folder
 
-    study = study_from_dict({
-        "name": "x", "model": {"path": str(tmp_path)}, "engine": {"kind": "vllm"},
-        "arms": [{"name": "bf16", "baseline": True},
-                 {"name": "cal", "kv": "fp8", "model": str(tmp_path / "not-written")}],
-    }, source=str(tmp_path / "s.toml"))
-    with pytest.raises(BadInput, match=re.escape(f"arm 'cal': model folder not found: {tmp_path / 'not-written'}")):
-        server_for_study(study, "cal")
-    assert server_for_study(study, "bf16") is not None  # an existing folder is served
+    vllm = get_adapter("vllm")
+    with pytest.raises(StepError, match=re.escape(f"model folder not found: {tmp_path / 'not-written'}")):
+        check_model_folder(vllm, str(tmp_path / "not-written"))
+    check_model_folder(vllm, str(tmp_path))  # an existing folder is served
+    check_model_folder(vllm, "Qwen/Qwen2.5-Coder-1.5B-Instruct")  # a Hub id is the engine's to fetch
+    check_model_folder(get_adapter("llamacpp"), str(tmp_path / "x.gguf"))  # llama.cpp files: checked elsewhere

@@ -57,7 +57,7 @@ def _copy(db: Path, dest: Path) -> Path:
 
 
 def test_the_committed_stores_are_all_found() -> None:
-    assert len(STORES) == 6, [s.name for s in STORES]
+    assert len(STORES) == 7, [s.name for s in STORES]
 
 
 def test_every_committed_store_verifies(stores: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,7 +76,7 @@ def test_every_committed_store_verifies(stores: dict[str, Path], capsys: pytest.
             assert finished and all(a.count(RECOMPUTED) >= 20 for a in finished), (name, exp, [
                 (a.arm, a.count(RECOMPUTED)) for a in finished])
             seen += 1
-    assert seen == 12
+    assert seen == 14
 
 
 def test_gsm8k_and_kl_and_log_figures_are_recomputed(stores: dict[str, Path]) -> None:
