@@ -256,6 +256,9 @@ def test_preflight_prints_the_argv_run_starts(tmp_path, monkeypatch):
             return None
 
     monkeypatch.setattr(lifecycle.ManagedServer, "for_spec", classmethod(lambda cls, *a, **k: Started()))
+    from quantrack.run import steps
+
+    monkeypatch.setattr(steps, "check_model_folder", lambda *a: None)  # the study's /root/… folder is the node's
     study = load_study(path)
     for arm in study.arms:
         outcome = runner.ArmOutcome(arm=arm)
