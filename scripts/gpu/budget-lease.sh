@@ -2,8 +2,8 @@
 # The H200 budget study (issue 37) from carried pieces: scripts/gpu/budget-lease.sh join|setup|start|poll
 #   pieces: .carry/pNN = one tar of {vllm.tgz (build-bundle.sh vllm with COMPRESS=gzip), whl.tar
 #   (build-node-wheels.sh + gguf + llmcompressor --no-deps), cal.tar (compressed-tensors 0.19.0, datasets,
-#   multiprocess, auto-round 0.15.1 --no-deps: the calibration only), the Q4_K_M GGUF} split in 34,000,000-byte
-#   pieces; each device call copies one to /root/stash (`node.sh stash .carry/pNN`).
+#   multiprocess, auto-round 0.15.1 --no-deps: the calibration only), the Q4_K_M GGUF} split in 31,000,000-byte
+#   pieces (beside the 32.4 MiB checkout: under the 64 MiB a call); each device call copies one to /root/stash (`node.sh stash .carry/pNN`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 node="$here/scripts/gpu/node.sh"
