@@ -417,7 +417,7 @@ def _run_study(study: Study, opts: RunOptions, say: Progress, tracker: Tracker |
         study.arm(n)
     workdir = _workdir(study, opts)  # likewise a work dir that cannot be made
     _check_engine_logs(workdir, study)
-    refs = {a.name: a.model for a in study.arms if a.model}
+    refs = arm_refs(study)
     study, resolved = _resolve_models(study, say)
     arms = [study.arm(n) for n in names] if names else list(study.arms)
     if names and not opts.base_url and not any(a.baseline for a in arms):
@@ -540,6 +540,21 @@ def _log_arm(tracker: Tracker, build: Callable[[], RunRecord]) -> Logged:
 
         spool_record(rec if rec is not None else build(), tracker.uri, "interrupted while logging")
         raise
+
+
+def arm_refs(study: Study) -> dict[str, str]:
+    """Each arm's model as written before references are resolved: its own ``model``, else the study's [model]
+    path / gguf when that is a known-model reference (``qwen2.5-coder-1.5b:hf-bf16``), so the source digest of the
+    model it was made from is recorded with every arm that serves it (those arms recorded none before)."""
+    from quantrack.models.ref import parse_ref
+
+    study_ref = next((r for r in (study.model.path, study.model.gguf) if r and parse_ref(r) is not None), None)
+    refs: dict[str, str] = {}
+    for a in study.arms:
+        ref = a.model or study_ref
+        if ref:
+            refs[a.name] = ref
+    return refs
 
 
 def _weights(study: Study, arm: Any, ref: str | None, say: Progress) -> Any:

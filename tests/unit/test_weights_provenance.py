@@ -96,3 +96,23 @@ def test_compare_does_not_pair_different_source_models(h200_runs: list[RunRow]) 
     assert rows["fp8-kv"]["delta"] == "-26.7 pts"  # no recorded source (older runs): paired as before
     told = {r["arm"]: r for r in build_table(exp, runs, allow_model_mismatch=True).rows}
     assert told["fp8"]["delta"] == "-0.5 pts"
+
+
+def test_an_arm_serving_the_studys_reference_keeps_it_for_its_source_digest() -> None:
+    """The H200 studies serve [model] path = "qwen2.5-coder-1.5b:hf-bf16" from arms without a model of their own:
+    each such arm keeps that reference (so quantrack.model_source_sha256 is the pinned GGUF's); an arm with its own
+    path keeps that path; a study whose [model] is a plain path gives no reference."""
+    from quantrack.models.weights import weights_provenance
+    from quantrack.run.orchestrate import arm_refs
+    from quantrack.study import study_from_dict
+
+    arms = [{"name": "bf16", "baseline": True}, {"name": "cal", "kv": "fp8", "model": "/ckpt/calibrated"}]
+    study = study_from_dict({"name": "x", "model": {"path": "qwen2.5-coder-1.5b:hf-bf16"},
+                             "engine": {"kind": "vllm"}, "arms": arms}, source="x.toml")
+    refs = arm_refs(study)
+    assert refs == {"bf16": "qwen2.5-coder-1.5b:hf-bf16", "cal": "/ckpt/calibrated"}
+    w = weights_provenance(None, refs["bf16"])
+    assert w.source_sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    plain = study_from_dict({"name": "x", "model": {"path": "/models/llama"}, "engine": {"kind": "vllm"},
+                             "arms": arms[:1]}, source="x.toml")
+    assert arm_refs(plain) == {}
