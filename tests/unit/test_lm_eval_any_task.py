@@ -124,6 +124,16 @@ def test_results_without_samples_need_metric(tmp_path: Path) -> None:
     assert code == 0 and out.startswith("arc acc (lm-eval, filter none"), out
 
 
+def test_an_unknown_metric_is_one_line_exit_2(tmp_path: Path) -> None:
+    """--metric names a metric the file does not hold: refused, one line, nothing written."""
+    rpath = tmp_path / f"results_{DATE}.json"
+    rpath.write_text(json.dumps({"results": {"arc": {"acc,none": 0.5}}, "n-samples": {"arc": {"effective": 4}}}))
+    out = tmp_path / "imported.json"
+    code, _out, err = cli("eval", "import", str(rpath), "--metric", "bleu", "--out", str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "bleu" in err, err
+    assert not out.exists()
+
+
 # ---------------------------------------------------------------- pairing
 
 
